@@ -1,0 +1,113 @@
+"""Command line: ``python -m harness run|report|list``.
+
+Exit status: 0 when every observation matched its expectation, 1 when any did
+not, 2 for a usage or configuration error (one line naming the file, the field
+and the fix; nothing is run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.environments import default_cache_dir
+from harness.errors import EXIT_USAGE, UserError
+from harness.matrix import Matrix, load_matrix
+from harness.repro_registry import Discovery, discover
+from harness.results import RESULTS_FILE, read_results
+from harness.runner import REPO_ROOT, RunOptions, execute
+from harness.summary import print_summary
+from repros.common.spec import MODES
+
+DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a lane (or chosen cells) of the matrix")
+    run.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: %(default)s)")
+    run.add_argument("--lane", help="run the cells of this lane (default: the matrix's default_lane)")
+    run.add_argument("--cells", type=_csv, default=(), help="comma-separated cell names")
+    run.add_argument("--repros", type=_csv, default=(), help="comma-separated repro ids, e.g. F1,F5")
+    run.add_argument("--modes", type=_csv, default=MODES, help=f"comma-separated modes (default: {','.join(MODES)})")
+    run.add_argument("--out", type=Path, help="output directory (default: reports/<run-id>)")
+    run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
+    run.add_argument("--cache-dir", type=Path, help=f"environment cache (default: {default_cache_dir()})")
+
+    report = sub.add_parser("report", help="print the summary of a finished run again")
+    report.add_argument("dir", type=Path)
+
+    listing = sub.add_parser("list", help="list the repros and the matrix's cells and lanes")
+    listing.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
+    return parser
+
+
+def _load(path: Path) -> tuple[Matrix, Discovery]:
+    discovery = discover()
+    return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
+
+
+def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
+    matrix, discovery = _load(args.matrix)
+    opts = RunOptions(
+        matrix=matrix,
+        discovery=discovery,
+        lane=args.lane,
+        cells=args.cells,
+        repros=args.repros,
+        modes=args.modes,
+        out_dir=args.out,
+        reports_dir=args.reports_dir,
+        cache_dir=(args.cache_dir or default_cache_dir()).expanduser().resolve(),
+        cache_dir_given=args.cache_dir is not None,
+    )
+    return execute(opts, console, argv)
+
+
+def _report(args: argparse.Namespace, console: Console) -> int:
+    path = args.dir / RESULTS_FILE
+    if not path.exists():
+        raise UserError(args.dir, RESULTS_FILE, "no results file here", "pass the directory of a run (reports/<run-id>)")
+    records = read_results(path)
+    print_summary(console, records)
+    return 0 if records and all(r.get("matched") for r in records) else 1
+
+
+def _list(args: argparse.Namespace, console: Console) -> int:
+    matrix, discovery = _load(args.matrix)
+    for repro in discovery.repros.values():
+        console.print(f"[bold]{repro.id}[/bold] {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})",
+                      highlight=False)
+    for lane, description in matrix.lanes.items():
+        cells = ", ".join(c.name for c in matrix.cells.values() if lane in c.lanes)
+        console.print(f"lane [bold]{lane}[/bold]{': ' + description if description else ''} — {cells}", highlight=False)
+    for cell in matrix.cells.values():
+        pins = "passthrough" if cell.passthrough else " ".join(f"{k}{v}" for k, v in cell.packages.items())
+        console.print(f"cell [bold]{cell.name}[/bold] (world size {cell.world_size}): {pins}", highlight=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    console = Console()
+    try:
+        if args.command == "run":
+            return _run(args, console, argv)
+        if args.command == "report":
+            return _report(args, console)
+        return _list(args, console)
+    except UserError as exc:
+        print(f"error: {exc.line()}", file=sys.stderr)
+        return EXIT_USAGE

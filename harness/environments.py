@@ -1,0 +1,288 @@
+"""One Python environment per matrix cell, built with uv and reused by key.
+
+The key is a hash of everything that changes what gets installed: the cell's
+requirements, the interpreter (its version and path), the find-links and indexes in
+force, the date cut-off, uv's version and this module's recipe version. An
+environment lives in ``<cache>/envs/<key>/``; it is reused only when its ``READY``
+marker exists, which is written last, so an interrupted build is never reused (its
+directory is wiped and rebuilt). A lock file per key keeps two runs from building
+the same environment at once.
+
+DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built
+without build isolation against it; uv caches the built wheel, so the next
+environment with the same DeepSpeed and torch does not build it again. Each
+(python, torch, deepspeed) triple gets its own ``TORCH_EXTENSIONS_DIR`` under the
+cache so DeepSpeed's JIT ops are compiled once and never by another version.
+
+A passthrough cell uses the running interpreter as it is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.package_index import IndexConfig
+
+#: Bump when the way environments are built changes, so old ones are not reused.
+RECIPE_VERSION = 1
+READY_MARKER = "READY"
+ENV_RECORD = "env.json"
+UV_TIMEOUT_S = 1800
+
+_LIST_DISTRIBUTIONS = (
+    "import json, sys\n"
+    "from importlib import metadata\n"
+    "d = {}\n"
+    "for dist in metadata.distributions():\n"
+    "    name = (dist.metadata['Name'] or '').lower().replace('_', '-')\n"
+    "    if name: d[name] = dist.version\n"
+    "print(json.dumps({'python': '.'.join(map(str, sys.version_info[:3])), 'packages': d}))\n"
+)
+
+
+def default_cache_dir() -> Path:
+    """``$FT_REGRESS_CACHE``, else ``$XDG_CACHE_HOME/ft-regress``, else ``~/.cache/ft-regress``."""
+    explicit = os.environ.get("FT_REGRESS_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ft-regress"
+
+
+def find_uv() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise FileNotFoundError("uv is not installed: pip install uv")
+
+
+@dataclass(frozen=True)
+class EnvRequest:
+    packages: dict[str, str]
+    python: str
+    exclude_newer: str | None
+
+    def requirements(self) -> list[str]:
+        return [f"{name}{spec}" for name, spec in sorted(self.packages.items())]
+
+
+@dataclass(frozen=True)
+class Environment:
+    key: str
+    python: str
+    python_version: str
+    #: Every installed distribution and its version (normalised lower-case names).
+    packages: dict[str, str]
+    path: str | None
+    extensions_dir: str
+    reused: bool
+    build_s: float
+    passthrough: bool = False
+
+    def version(self, package: str) -> str | None:
+        return self.packages.get(package.lower().replace("_", "-"))
+
+
+class EnvironmentUnavailable(Exception):
+    """The cell's environment could not be resolved or installed. ``reason`` is the
+    installer's own explanation, shortened to the lines that say why."""
+
+    def __init__(self, reason: str, log: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.log = log
+
+
+def _installer_reason(stderr: str) -> str:
+    lines = [ln.rstrip() for ln in stderr.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if any(tag in ln for tag in ("×", "╰─▶", "error:", "Because", "hint:", "Caused by"))]
+    return "\n".join((keep or lines)[-12:]) or "the installer failed without saying why"
+
+
+def extensions_dir_for(cache_dir: Path, python_version: str, packages: dict[str, str]) -> Path:
+    torch = packages.get("torch", "none")
+    deepspeed = packages.get("deepspeed", "none")
+    py = ".".join(python_version.split(".")[:2])
+    return cache_dir / "torch_extensions" / f"py{py}-torch-{torch}-deepspeed-{deepspeed}"
+
+
+class UvEnvironments:
+    """Builds and reuses cell environments under ``cache_dir``."""
+
+    def __init__(self, cache_dir: Path, index: IndexConfig, uv: str | None = None) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.index = index
+        self.uv = uv or find_uv()
+        self._uv_version: str | None = None
+        self._pythons: dict[str, tuple[str, str]] = {}
+
+    # -- key -------------------------------------------------------------------------
+    def uv_version(self) -> str:
+        if self._uv_version is None:
+            out = subprocess.run([self.uv, "--version"], capture_output=True, text=True, check=True)
+            self._uv_version = out.stdout.strip()
+        return self._uv_version
+
+    def find_python(self, request: str) -> tuple[str, str]:
+        """The interpreter uv would use for ``request``: (path, full version)."""
+        if request not in self._pythons:
+            out = subprocess.run(
+                [self.uv, "python", "find", "--no-project", request],
+                capture_output=True, text=True, env=self._uv_env(), check=False,
+            )
+            if out.returncode != 0:
+                raise EnvironmentUnavailable(f"no Python {request} on this machine: {_installer_reason(out.stderr)}")
+            path = out.stdout.strip()
+            version = subprocess.run(
+                [path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()
+            self._pythons[request] = (path, version)
+        return self._pythons[request]
+
+    def key_material(self, request: EnvRequest) -> dict[str, object]:
+        python_path, python_version = self.find_python(request.python)
+        return {
+            "recipe": RECIPE_VERSION,
+            "requirements": request.requirements(),
+            "python": {"request": request.python, "version": python_version, "path": python_path},
+            "index": self.index.key_material(),
+            "exclude_newer": request.exclude_newer,
+            "uv": self.uv_version(),
+            "platform": sys.platform,
+        }
+
+    def key(self, request: EnvRequest) -> str:
+        material = json.dumps(self.key_material(request), sort_keys=True)
+        return hashlib.sha256(material.encode()).hexdigest()[:20]
+
+    # -- build / reuse -----------------------------------------------------------------
+    def env_dir(self, key: str) -> Path:
+        return self.cache_dir / "envs" / key
+
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        lock_path = self.cache_dir / "envs" / f"{key}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def get(self, request: EnvRequest) -> Environment:
+        key = self.key(request)
+        with self._locked(key):
+            env_dir = self.env_dir(key)
+            if (env_dir / READY_MARKER).exists():
+                record = json.loads((env_dir / ENV_RECORD).read_text())
+                return Environment(**{**record, "reused": True, "build_s": 0.0})
+            if env_dir.exists():
+                shutil.rmtree(env_dir)  # an interrupted or failed build: never reuse it
+            started = time.perf_counter()
+            try:
+                env = self._build(request, key, env_dir)
+            except BaseException:
+                shutil.rmtree(env_dir, ignore_errors=True)
+                raise
+            env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started})
+            (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
+            (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
+            (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            return env
+
+    def _uv_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"}}
+        env["UV_PYTHON_DOWNLOADS"] = "never"
+        env.setdefault("UV_NO_PROGRESS", "1")
+        return env
+
+    def _uv(self, args: list[str], log: Path) -> None:
+        with open(log, "a") as fh:
+            fh.write(f"$ uv {' '.join(args)}\n")
+            fh.flush()
+            out = subprocess.run(
+                [self.uv, *args], capture_output=True, text=True, env=self._uv_env(), timeout=UV_TIMEOUT_S, check=False
+            )
+            fh.write(out.stdout + out.stderr + f"(exit {out.returncode})\n")
+        if out.returncode != 0:
+            raise EnvironmentUnavailable(_installer_reason(out.stderr), log=out.stderr)
+
+    def _install_args(self, python: str, request: EnvRequest) -> list[str]:
+        args = ["pip", "install", "--python", python, *self.index.uv_args()]
+        if request.exclude_newer:
+            args += ["--exclude-newer", request.exclude_newer]
+        return args
+
+    def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
+        python_path, _ = self.find_python(request.python)
+        env_dir.mkdir(parents=True)
+        log = env_dir / "build.log"
+        venv = env_dir / "venv"
+        self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log)
+        python = str(venv / "bin" / "python")
+        packages = dict(request.packages)
+        if "deepspeed" in packages and "torch" in packages:
+            # DeepSpeed's setup imports torch: install torch (and setuptools, which its
+            # build needs without isolation) first, then build DeepSpeed against it.
+            self._uv([*self._install_args(python, request), f"torch{packages['torch']}", "setuptools", "wheel"], log)
+            installed = self._list(python)
+            packages["torch"] = f"=={installed['packages']['torch']}"
+        requirements = [f"{name}{spec}" for name, spec in sorted(packages.items())]
+        extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
+        self._uv([*self._install_args(python, request), *extra, *requirements], log)
+        listing = self._list(python)
+        return Environment(
+            key=key,
+            python=python,
+            python_version=listing["python"],
+            packages=listing["packages"],
+            path=str(env_dir),
+            extensions_dir=str(extensions_dir_for(self.cache_dir, listing["python"], listing["packages"])),
+            reused=False,
+            build_s=0.0,
+        )
+
+    @staticmethod
+    def _list(python: str) -> dict[str, object]:
+        out = subprocess.run([python, "-c", _LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+
+def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> Environment:
+    """The running interpreter, as it is: what a GPU runner with its own stack wants."""
+    out = subprocess.run([python, "-c", _LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
+    listing = json.loads(out.stdout)
+    if "torch" not in listing["packages"]:
+        raise EnvironmentUnavailable(f"passthrough: the running interpreter {python} has no torch installed")
+    extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
+        extensions_dir_for(cache_dir, listing["python"], listing["packages"])
+    )
+    return Environment(
+        key="passthrough",
+        python=python,
+        python_version=listing["python"],
+        packages=listing["packages"],
+        path=None,
+        extensions_dir=extensions,
+        reused=True,
+        build_s=0.0,
+        passthrough=True,
+    )

@@ -1,0 +1,31 @@
+"""Which expectation a repro declares for a cell's resolved versions.
+
+Consulted only after an outcome has been observed, to say whether it matched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from repros.common.spec import Expectation, ReproSpec
+
+
+def _holds(when: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
+    for package, spec in when.items():
+        installed = versions.get(package.lower().replace("_", "-"))
+        if installed is None:
+            return False
+        try:
+            if not SpecifierSet(spec, prereleases=True).contains(Version(installed)):
+                return False
+        except InvalidVersion:
+            return False
+    return True
+
+
+def expectation_for(spec: ReproSpec, mode: str, versions: Mapping[str, str | None]) -> Expectation | None:
+    """The first expectation of ``mode`` whose version ranges all hold, if any."""
+    return next((e for e in spec.expectations if e.mode == mode and _holds(e.when, versions)), None)

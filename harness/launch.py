@@ -1,0 +1,161 @@
+"""Launch one item's ranks with torchrun in a cell's interpreter, and collect them.
+
+torchrun runs in a new session (its own process group) with ``--standalone``, which
+binds its rendezvous to a free port chosen by the OS, so concurrent items never
+collide on a port. When the item's time is up, each rank is asked for its Python
+stacks (SIGUSR1, answered by faulthandler into its log), then the whole process group
+is terminated and killed. After every launch the group is killed again so nothing
+the item started outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.environments import Environment
+from repros.common.record import rank_log_path, rank_record_path
+
+TAIL_BYTES = 4000
+_FAILURE_ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)[^\n]*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
+
+
+@dataclass
+class LaunchResult:
+    command: list[str]
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    world_size: int
+    #: Each rank's record, or None where the rank never wrote one.
+    records: dict[int, dict[str, Any] | None]
+    #: Exit codes torchrun reported for failed ranks (negative: killed by that signal).
+    rank_exitcodes: dict[int, int] = field(default_factory=dict)
+    rank_tails: dict[int, str] = field(default_factory=dict)
+    launcher_tail: str = ""
+
+
+def tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except FileNotFoundError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text if size <= limit else "…" + text
+
+
+def rank_environment(env: Environment, world_size: int, repo_root: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME"}}
+    pythonpath = [str(repo_root)] + ([base["PYTHONPATH"]] if base.get("PYTHONPATH") else [])
+    base.update(
+        PYTHONPATH=os.pathsep.join(pythonpath),
+        PYTHONUNBUFFERED="1",
+        # DeepSpeed's CPU accelerator calls numactl unless it knows the local size.
+        LOCAL_SIZE=str(world_size),
+        TORCH_EXTENSIONS_DIR=env.extensions_dir,
+        OMP_NUM_THREADS=base.get("OMP_NUM_THREADS", "1"),
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    return base
+
+
+def torchrun_command(python: str, module: str, mode: str, world_size: int, item_dir: Path) -> list[str]:
+    return [
+        python, "-m", "torch.distributed.run",
+        "--standalone", "--nnodes", "1", "--nproc_per_node", str(world_size), "--max_restarts", "0",
+        "-m", "repros.common.rank_main", "--module", module, "--mode", mode, "--item-dir", str(item_dir),
+    ]
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _ask_for_stacks(item_dir: Path, world_size: int) -> None:
+    for rank in range(world_size):
+        record = _read_record(rank_record_path(item_dir, rank))
+        if record and record.get("status") == "running" and record.get("pid"):
+            try:
+                os.kill(int(record["pid"]), signal.SIGUSR1)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def launch_item(
+    env: Environment,
+    module: str,
+    mode: str,
+    world_size: int,
+    item_dir: Path,
+    timeout_s: float,
+    repo_root: Path,
+) -> LaunchResult:
+    item_dir.mkdir(parents=True, exist_ok=True)
+    command = torchrun_command(env.python, module, mode, world_size, item_dir)
+    launcher_log = item_dir / "launcher.log"
+    started = time.perf_counter()
+    timed_out = False
+    with open(launcher_log, "wb") as log:
+        proc = subprocess.Popen(
+            command,
+            cwd=repo_root,
+            env=rank_environment(env, world_size, repo_root),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        pgid = proc.pid
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _ask_for_stacks(item_dir, world_size)
+            time.sleep(1.0)
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        finally:
+            _signal_group(pgid, signal.SIGKILL)
+            proc.wait()
+    wall_s = time.perf_counter() - started
+    launcher_tail = tail(launcher_log, 3 * TAIL_BYTES)
+    exitcodes = {int(m["rank"]): int(m["code"]) for m in _FAILURE_ENTRY.finditer(launcher_tail)}
+    return LaunchResult(
+        command=command,
+        returncode=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        wall_s=wall_s,
+        world_size=world_size,
+        records={r: _read_record(rank_record_path(item_dir, r)) for r in range(world_size)},
+        rank_exitcodes=exitcodes,
+        rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
+        launcher_tail=tail(launcher_log),
+    )

@@ -1,0 +1,160 @@
+"""Turn what the ranks recorded into one outcome from DESIGN.md's vocabulary.
+
+bug mode:   REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
+fixed mode: PASS | FAIL | INFRA | HANG | CRASH
+A cell whose environment cannot be built gives UNRESOLVABLE (decided by the runner).
+
+Only an observed signature makes REPRODUCED; only observed training facts make PASS.
+Expectations play no part here.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.launch import LaunchResult
+from repros.common.spec import ReproSpec
+
+REPRODUCED = "REPRODUCED"
+NOT_REPRODUCED = "NOT_REPRODUCED"
+DIFFERENT_ERROR = "DIFFERENT_ERROR"
+PASS = "PASS"
+FAIL = "FAIL"
+INFRA = "INFRA"
+HANG = "HANG"
+CRASH = "CRASH"
+UNRESOLVABLE = "UNRESOLVABLE"
+
+BUG_OUTCOMES = (REPRODUCED, NOT_REPRODUCED, DIFFERENT_ERROR, INFRA, HANG, CRASH, UNRESOLVABLE)
+FIXED_OUTCOMES = (PASS, FAIL, INFRA, HANG, CRASH, UNRESOLVABLE)
+
+#: Exception types that say the machine, not the code under test, failed.
+_INFRA_EXCEPTIONS = ("MemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+#: Phases before the scenario itself runs: failing there is the harness's or the
+#: environment's trouble (rendezvous, device, a repro module that does not import).
+_INFRA_PHASES = ("setup", "import")
+#: Signals torchrun itself sends to the surviving ranks when one has failed.
+_LAUNCHER_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    type: str
+    message: str
+    rank: int | None
+
+    @property
+    def first_line(self) -> str:
+        return next((ln for ln in self.message.splitlines() if ln.strip()), "")
+
+    def as_record(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.first_line, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: str
+    signature: str | None = None
+    error: ErrorInfo | None = None
+    #: Why a fixed run did not count as trained, or what the infrastructure said.
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _rank_errors(launch: LaunchResult) -> list[tuple[int, dict[str, Any]]]:
+    return [
+        (rank, rec) for rank, rec in sorted(launch.records.items()) if rec is not None and rec.get("status") == "error"
+    ]
+
+
+def judge_training(records: list[dict[str, Any]]) -> list[str]:
+    """Why the fixed trainer did not train, empty when it did: on every rank the loss
+    fell, every adapter parameter got a finite non-zero gradient at some step and no
+    non-finite one at any step, and every adapter weight moved."""
+    problems: list[str] = []
+    for rec in records:
+        rank = rec.get("rank")
+        train = rec.get("train")
+        if not train:
+            problems.append(f"rank {rank}: recorded no training facts")
+            continue
+        losses = train.get("losses") or []
+        if len(losses) < 2 or any(not isinstance(v, (int, float)) for v in losses):
+            problems.append(f"rank {rank}: losses not finite or too few: {losses}")
+        elif not losses[-1] < losses[0]:
+            problems.append(f"rank {rank}: loss did not decrease ({losses[0]:.4g} -> {losses[-1]:.4g})")
+        norms: dict[str, list[Any]] = train.get("adapter_grad_norms") or {}
+        if not norms:
+            problems.append(f"rank {rank}: no adapter parameters")
+        for name, values in norms.items():
+            if any(isinstance(v, str) or (isinstance(v, float) and not math.isfinite(v)) for v in values):
+                problems.append(f"rank {rank}: {name} got a non-finite gradient")
+            elif not any(isinstance(v, (int, float)) and v > 0 for v in values):
+                kind = "no gradient" if all(v is None for v in values) else "only zero gradients"
+                problems.append(f"rank {rank}: {name} got {kind}")
+        for name, delta in (train.get("adapter_weight_delta") or {}).items():
+            if not isinstance(delta, (int, float)) or not delta > 0:
+                problems.append(f"rank {rank}: {name} did not change")
+    return problems
+
+
+def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
+    if launch.timed_out:
+        running = [r for r, rec in launch.records.items() if rec is not None and rec.get("status") == "running"]
+        return Observation(HANG, reasons=(f"no end within the item's timeout; ranks still running: {running}",))
+
+    unavailable = [(r, rec) for r, rec in sorted(launch.records.items()) if rec and rec.get("status") == "unavailable"]
+    if unavailable:
+        rank, rec = unavailable[0]
+        return Observation(INFRA, reasons=(f"rank {rank}: {rec.get('unavailable_reason')}",))
+
+    # A rank killed by a signal torchrun does not send itself (it stops surviving
+    # ranks with SIGTERM after a failure): its peers' errors are consequences.
+    killed = {r: c for r, c in launch.rank_exitcodes.items() if c < 0 and -c not in _LAUNCHER_SIGNALS}
+    if killed:
+        rank, code = sorted(killed.items())[0]
+        return Observation(CRASH, reasons=(f"rank {rank} killed by {_signal_name(code)}",))
+
+    errors = [
+        (rank, ErrorInfo(type=str(rec["error"].get("type")), message=str(rec["error"].get("message", "")), rank=rank), rec)
+        for rank, rec in _rank_errors(launch)
+    ]
+    for rank, info, rec in errors:
+        if info.type in _INFRA_EXCEPTIONS or rec.get("phase") in _INFRA_PHASES:
+            return Observation(INFRA, error=info, reasons=(f"rank {rank} failed in {rec.get('phase')}: {info.type}",))
+    if errors:
+        if mode == "bug":
+            for _, info, _ in errors:
+                for sig in spec.signatures:
+                    if sig.matches(info.type, info.message):
+                        return Observation(REPRODUCED, signature=sig.id, error=info)
+            return Observation(DIFFERENT_ERROR, error=errors[0][1])
+        return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))
+
+    # No rank raised: a rank that never finished its record died some other way.
+    missing = [r for r, rec in launch.records.items() if rec is None]
+    unfinished = [r for r, rec in launch.records.items() if rec is not None and rec.get("status") == "running"]
+    if len(missing) == launch.world_size:
+        return Observation(INFRA, reasons=(f"no rank started (launcher exit {launch.returncode})",))
+    if missing or unfinished or launch.returncode not in (0, None):
+        return Observation(
+            CRASH,
+            reasons=(
+                f"ranks ended without a final record (missing {missing}, unfinished {unfinished}); "
+                f"launcher exit {launch.returncode}",
+            ),
+        )
+
+    if mode == "bug":
+        return Observation(NOT_REPRODUCED)
+    problems = judge_training([rec for rec in launch.records.values() if rec is not None])
+    return Observation(PASS) if not problems else Observation(FAIL, reasons=tuple(problems))

@@ -1,0 +1,267 @@
+"""The ``run`` pipeline: plan the items, get each cell's environment, launch each
+item, classify it, compare with its expectation, append its record, summarise.
+
+Every user error is found before anything runs. A cell whose environment cannot be
+built gives UNRESOLVABLE records for its items and the run goes on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import secrets
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import repros
+from harness import __version__
+from harness.environments import (
+    EnvRequest,
+    Environment,
+    EnvironmentUnavailable,
+    UvEnvironments,
+    passthrough_environment,
+)
+from harness.errors import UserError
+from harness.expectations import expectation_for
+from harness.launch import launch_item
+from harness.matrix import Cell, Matrix
+from harness.outcome import classify
+from harness.package_index import pip_index_config
+from harness.repro_registry import Discovery
+from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, unresolvable_record
+from harness.summary import print_summary
+from repros.common.spec import MODES
+
+#: The directory that holds the ``repros`` package: the ranks' PYTHONPATH.
+REPO_ROOT = Path(repros.__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    matrix: Matrix
+    discovery: Discovery
+    lane: str | None = None
+    cells: tuple[str, ...] = ()
+    repros: tuple[str, ...] = ()
+    modes: tuple[str, ...] = MODES
+    out_dir: Path | None = None
+    reports_dir: Path = Path("reports")
+    cache_dir: Path | None = None
+    cache_dir_given: bool = False
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    cell: Cell
+    repro_id: str
+    module: str
+    mode: str
+    world_size: int
+
+    @property
+    def id(self) -> ItemId:
+        return ItemId(self.cell.name, self.repro_id, self.mode)
+
+
+@dataclass
+class Plan:
+    items: list[PlannedItem] = field(default_factory=list)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def plan_items(opts: RunOptions) -> Plan:
+    matrix, known = opts.matrix, opts.discovery.repros
+    for repro in opts.repros:
+        if repro not in known:
+            raise UserError("--repros", repro, "unknown repro", f"use one of: {', '.join(sorted(known))}")
+    for mode in opts.modes:
+        if mode not in MODES:
+            raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
+    if opts.cells:
+        for name in opts.cells:
+            if name not in matrix.cells:
+                raise UserError(matrix.path, "cells", f"no cell named {name!r}", f"use one of: {', '.join(matrix.cells)}")
+        cells = [matrix.cells[n] for n in opts.cells]
+        if opts.lane:
+            cells = [c for c in cells if opts.lane in c.lanes]
+    else:
+        lane = opts.lane or matrix.default_lane
+        cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
+    plan = Plan()
+    for cell in cells:
+        for repro_id, repro in sorted(known.items()):
+            if opts.repros and repro_id not in opts.repros:
+                continue
+            if cell.repros is not None and repro_id not in cell.repros:
+                continue
+            for mode in repro.spec.modes:
+                if mode not in opts.modes:
+                    continue
+                exclusion = matrix.exclusion(cell.name, repro_id, mode)
+                if exclusion is not None:
+                    plan.excluded.append({"cell": cell.name, "repro": repro_id, "mode": mode, "reason": exclusion.reason})
+                    continue
+                world_size = repro.spec.world_size or cell.world_size
+                plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size))
+    return plan
+
+
+def prepare_out_dir(opts: RunOptions, run_id: str) -> Path:
+    out = opts.out_dir or (opts.reports_dir / run_id)
+    if (out / RESULTS_FILE).exists():
+        raise UserError(out, RESULTS_FILE, "already holds the results of another run", "choose a new --out directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(out, "--out", f"cannot be written ({exc.strerror})", "choose a directory you can write to") from None
+    return out
+
+
+def repro_command(opts: RunOptions, item: PlannedItem) -> str:
+    args = [
+        "python", "-m", "harness", "run", "--matrix", str(opts.matrix.path),
+        "--cells", item.cell.name, "--repros", item.repro_id, "--modes", item.mode,
+    ]
+    if opts.cache_dir_given and opts.cache_dir is not None:
+        args += ["--cache-dir", str(opts.cache_dir)]
+    return shlex.join(args)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _write_run_json(out: Path, meta: dict[str, Any]) -> None:
+    tmp = out / "run.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, out / "run.json")
+
+
+def _environment_for(cell: Cell, builder: UvEnvironments, cache_dir: Path) -> Environment:
+    if cell.passthrough:
+        return passthrough_environment(cache_dir)
+    return builder.get(EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer))
+
+
+def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int:
+    """Run the planned items; return the exit status (0 all matched, 1 otherwise)."""
+    plan = plan_items(opts)
+    run_id = new_run_id()
+    out = prepare_out_dir(opts, run_id)
+    cache_dir = opts.cache_dir
+    assert cache_dir is not None
+    builder = UvEnvironments(cache_dir, pip_index_config())
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "started_at": _now(),
+        "argv": list(argv),
+        "harness_version": __version__,
+        "git_commit": _git_commit(),
+        "matrix": {"path": str(opts.matrix.path), "sha256": opts.matrix.sha256},
+        "lane": opts.lane or opts.matrix.default_lane,
+        "host": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                 "python": sys.version.split()[0]},
+        "cache_dir": str(cache_dir),
+        "index": builder.index.key_material(),
+        "planned": [i.id.label() for i in plan.items],
+        "excluded": plan.excluded,
+        "broken_repros": opts.discovery.broken,
+        "cells": {},
+    }
+    _write_run_json(out, meta)
+    for module, why in opts.discovery.broken.items():
+        console.print(f"[yellow]skipped repro module {module}: {why}[/yellow]", highlight=False)
+    console.print(f"run {run_id}: {len(plan.items)} items → {out}", highlight=False)
+
+    records: list[dict[str, Any]] = []
+    by_cell: dict[str, list[PlannedItem]] = {}
+    for item in plan.items:
+        by_cell.setdefault(item.cell.name, []).append(item)
+
+    with ResultsWriter(out / RESULTS_FILE) as writer, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("items", total=len(plan.items))
+        for cell_name, items in by_cell.items():
+            cell = items[0].cell
+            progress.update(task, description=f"{cell_name}: environment")
+            env: Environment | None = None
+            reason = ""
+            try:
+                env = _environment_for(cell, builder, cache_dir)
+                how = "passthrough" if env.passthrough else ("reused" if env.reused else f"built in {env.build_s:.1f}s")
+                console.print(f"{cell_name}: environment {env.key} {how}", highlight=False)
+                meta["cells"][cell_name] = {
+                    "key": env.key, "reused": env.reused, "build_s": env.build_s, "python": env.python_version,
+                    "requested": cell.packages, "packages": env.packages, "extensions_dir": env.extensions_dir,
+                }
+            except EnvironmentUnavailable as exc:
+                reason = exc.reason
+                console.print(f"[red]{cell_name}: environment unavailable[/red]\n{reason}", highlight=False)
+                meta["cells"][cell_name] = {"unavailable": reason, "requested": cell.packages}
+            _write_run_json(out, meta)
+
+            for item in items:
+                repro = opts.discovery.repros[item.repro_id]
+                progress.update(task, description=f"{item.id.label()}")
+                started = _now()
+                cmd = repro_command(opts, item)
+                if env is None:
+                    expected = next((e for e in repro.spec.expectations if e.mode == item.mode), None)
+                    record = unresolvable_record(
+                        run_id=run_id, item=item.id, reason=reason, expected=expected, world_size=item.world_size,
+                        repro_cmd=cmd, started_at=started, finished_at=_now(),
+                    )
+                else:
+                    item_dir = (out / "items" / cell_name / f"{item.repro_id}-{item.mode}").resolve()
+                    launch = launch_item(env, item.module, item.mode, item.world_size, item_dir, cell.timeout_s, REPO_ROOT)
+                    observation = classify(item.mode, repro.spec, launch)
+                    versions = {**env.packages, "python": env.python_version}
+                    record = item_record(
+                        run_id=run_id, item=item.id, observation=observation,
+                        expected=expectation_for(repro.spec, item.mode, versions), env=env, launch=launch,
+                        repro_cmd=cmd, item_dir=item_dir, started_at=started, finished_at=_now(),
+                    )
+                writer.append(record)
+                records.append(record)
+                progress.advance(task)
+                mark = "✓" if record["matched"] else "✗"
+                console.print(
+                    f"{mark} {item.id.label()}: {record['outcome']} (expected {record['expected']}) "
+                    f"{record['wall_s']:.1f}s",
+                    highlight=False,
+                )
+
+    meta["finished_at"] = _now()
+    _write_run_json(out, meta)
+    print_summary(console, records, plan.excluded)
+    console.print(f"results: {out / RESULTS_FILE}", highlight=False)
+    return 0 if records and all(r["matched"] for r in records) else 1

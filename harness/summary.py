@@ -1,0 +1,94 @@
+"""The terminal summary of a run: rows repro x mode, columns cells."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+_GOOD = {"PASS", "NOT_REPRODUCED", "REPRODUCED"}
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit != "GiB" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value:.2f} GiB"
+
+
+def format_step(step: dict[str, Any] | None) -> str:
+    if not step:
+        return "-"
+    return f"{step['median'] * 1000:.0f} ms ±{step['iqr'] * 1000:.0f}"
+
+
+def entry_text(rec: dict[str, Any]) -> Text:
+    matched = rec.get("matched")
+    style = "green" if matched else "bold red"
+    text = Text(rec["outcome"], style=style)
+    if matched:
+        text.append(" ✓", style="green")
+    else:
+        expected = rec.get("expected") or "no expectation"
+        text.append(f" ✗ expected {expected}", style="red")
+    text.append(f"\n{format_bytes(rec.get('peak_mem_bytes'))} · {format_step(rec.get('step_time_s'))}", style="dim")
+    return text
+
+
+def results_table(records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]] = ()) -> Table:
+    cells = list(dict.fromkeys([r["cell"] for r in records] + [e["cell"] for e in excluded]))
+    rows = list(dict.fromkeys([(r["repro"], r["mode"]) for r in records] + [(e["repro"], e["mode"]) for e in excluded]))
+    by_key = {(r["cell"], r["repro"], r["mode"]): r for r in records}
+    excluded_by_key = {(e["cell"], e["repro"], e["mode"]): e for e in excluded}
+    table = Table(title="outcome (✓ matches expectation) · peak memory · step time median ±IQR", show_lines=True)
+    table.add_column("repro / mode", style="bold")
+    for cell in cells:
+        table.add_column(cell)
+    for repro, mode in rows:
+        row: list[Text | str] = [f"{repro} / {mode}"]
+        for cell in cells:
+            rec = by_key.get((cell, repro, mode))
+            if rec is not None:
+                row.append(entry_text(rec))
+            elif (cell, repro, mode) in excluded_by_key:
+                row.append(Text(f"excluded\n{excluded_by_key[(cell, repro, mode)]['reason']}", style="dim"))
+            else:
+                row.append(Text("-", style="dim"))
+        table.add_row(*row)
+    return table
+
+
+def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]] = ()) -> None:
+    if not records and not excluded:
+        console.print("no items ran")
+        return
+    console.print(results_table(records, excluded))
+    cells = {}
+    for rec in records:
+        if rec.get("versions", {}).get("torch"):
+            cells.setdefault(rec["cell"], rec["versions"])
+    for cell, versions in cells.items():
+        pins = " ".join(f"{k}={v}" for k, v in versions.items() if v)
+        console.print(f"[bold]{cell}[/bold]: {pins}", highlight=False)
+    mismatches = [r for r in records if not r.get("matched")]
+    for rec in mismatches:
+        console.print(
+            f"[red]✗[/red] {rec['cell']}/{rec['repro']}/{rec['mode']}: observed {rec['outcome']}, "
+            f"expected {rec.get('expected') or 'nothing (no expectation covers these versions)'}",
+            highlight=False,
+        )
+        if rec.get("error"):
+            err = rec["error"]
+            console.print(f"    {err.get('type')}: {err.get('message')} (rank {err.get('rank')})", highlight=False, markup=False)
+        for reason in rec.get("reasons") or []:
+            console.print(f"    {reason.splitlines()[0] if reason else ''}", highlight=False, markup=False)
+        console.print(f"    rerun: {rec.get('repro_cmd')}", highlight=False, markup=False)
+    matched = sum(1 for r in records if r.get("matched"))
+    console.print(f"{matched} of {len(records)} items matched their expectation", highlight=False)

@@ -1,0 +1,173 @@
+"""Entry point of one rank, started by torchrun in a cell's environment.
+
+    python -m torch.distributed.run --standalone --nproc_per_node N \
+        -m repros.common.rank_main --module repros.f1_... --mode bug --item-dir DIR
+
+It imports only the standard library, the cell's packages and the repros package.
+It sends its own stdout/stderr to ``DIR/rank<R>.log``, writes ``DIR/rank<R>.json``
+when it starts and again when it ends, and on an exception leaves at once with a
+non-zero status so that torchrun stops the other ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from repros.common.context import RankContext, StepClock, installed_versions
+from repros.common.record import ScenarioUnavailable, rank_log_path, write_rank_record
+
+#: How long a collective may block before the process group gives up on its own.
+#: The orchestrator's per-item timeout is the real bound; this only keeps a rank
+#: from outliving it by much if the orchestrator itself is gone.
+PROCESS_GROUP_TIMEOUT_S = 900
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _qualified_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _redirect_output(log_path: Path) -> Any:
+    log = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    # Fatal signals (SIGSEGV, SIGABRT...) print every thread's stack to the log,
+    # and SIGUSR1 does so on demand: the orchestrator sends it before killing a hung item.
+    faulthandler.enable(file=log, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=True, chain=False)
+    return log
+
+
+def _setup_device(local_rank: int, world_size: int) -> tuple[Any, str]:
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        if torch.cuda.device_count() < local_world:
+            raise ScenarioUnavailable(
+                f"{local_world} ranks on this node need {local_world} GPUs; "
+                f"{torch.cuda.device_count()} visible"
+            )
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
+    return device, backend
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--module", required=True, help="the repro module, e.g. repros.f1_zero3_frozen_ckpt")
+    parser.add_argument("--mode", required=True)
+    parser.add_argument("--item-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    item_dir: Path = args.item_dir
+    _redirect_output(rank_log_path(item_dir, rank))
+
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world_size,
+        "pid": os.getpid(),
+        "mode": args.mode,
+        "status": "running",
+        "phase": "setup",
+        "started_at": _now(),
+        "versions": installed_versions(),
+    }
+    write_rank_record(item_dir, rank, record)
+
+    exit_code = 0
+    ctx: RankContext | None = None
+    try:
+        device, backend = _setup_device(local_rank, world_size)
+        record.update(device=device.type, backend=backend)
+        if device.type == "cuda":
+            import torch
+
+            record["device_name"] = torch.cuda.get_device_name(device)
+        record["phase"] = "import"
+        write_rank_record(item_dir, rank, record)
+        module = importlib.import_module(args.module)
+        spec = module.SPEC
+        ctx = RankContext(
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            device=device,
+            backend=backend,
+            steps=spec.steps,
+            warmup_steps=spec.warmup_steps,
+            mode=args.mode,
+            clock=StepClock(device.type),
+        )
+        record["phase"] = "run"
+        ctx.reset_peak_memory()
+        module.run(ctx)
+        record["status"] = "ok"
+    except ScenarioUnavailable as exc:
+        record["status"] = "unavailable"
+        record["unavailable_reason"] = str(exc)
+        exit_code = 3
+    except BaseException as exc:  # noqa: BLE001 - every failure is data here
+        record["status"] = "error"
+        record["error"] = {
+            "type": _qualified_name(exc),
+            "message": str(exc),
+            "traceback": traceback.format_exc(),
+        }
+        exit_code = 1
+        traceback.print_exc()
+    finally:
+        if ctx is not None:
+            peak, kind = ctx.peak_memory()
+            record.update(
+                peak_mem_bytes=peak,
+                peak_mem_kind=kind,
+                step_times_s=ctx.clock.step_times_s,
+                warmup_steps=ctx.warmup_steps,
+                **ctx.facts,
+            )
+        record["wall_s"] = time.perf_counter() - started
+        record["finished_at"] = _now()
+        write_rank_record(item_dir, rank, record)
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if exit_code:
+        # Leave without tearing down the process group: a peer may be blocked in a
+        # collective, and torchrun stops the remaining ranks once one has failed.
+        os._exit(exit_code)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""F1 - LoRA + gradient checkpointing + DeepSpeed ZeRO-3: recomputed shapes ``[0]``.
+
+ZeRO-3's forward post-hook re-partitions each parameter in place during the
+non-reentrant recompute. Since torch stopped detaching saved tensors that do not
+require grad (pytorch PR #127959), the frozen base weights are held by live
+reference and have shrunk to ``[0]`` when torch compares the recompute's metadata.
+Trainable LoRA weights are unaffected. DeepSpeed PR #8148 fixed it.
+
+bug:   tiny Qwen2, LoRA r=8 on q/v, bf16, ZeRO-3, HF gradient checkpointing with
+       ``use_reentrant=False``, a torch AdamW as the client optimizer.
+fixed: the same scenario through the fixed trainer's guards.
+
+Heavy imports stay inside ``run``: the orchestrator imports this module for SPEC.
+"""
+
+from __future__ import annotations
+
+from repros.common.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
+from repros.common.spec import Expectation, ReproSpec, Signature
+
+_ESTABLISHED = (
+    "python -m harness run --lane ci --repros F1  "
+    "(cells current: deepspeed 0.19.8, ds-0.19.2: deepspeed 0.19.2; torch 2.13.0 CPU)"
+)
+
+SPEC = ReproSpec(
+    id="F1",
+    title="LoRA + gradient checkpointing + ZeRO-3: recomputed shape [0]",
+    upstream=(
+        "OpenRLHF#569",
+        "OpenBMB/MiniCPM-V#651",
+        "huggingface/trl#2514",
+        "huggingface/transformers#47254",
+        "deepspeedai/DeepSpeed PR #8148 (fix)",
+    ),
+    signatures=(
+        Signature(
+            id="F1.recompute-shape-0",
+            exception=CHECKPOINT_ERROR,
+            pattern=RECOMPUTE_METADATA_PATTERN,
+            checks=(recomputed_shapes_are_empty,),
+            description="CheckpointError listing tensors saved non-empty and recomputed as torch.Size([0]), "
+            "dtype and device unchanged",
+        ),
+    ),
+    expectations=(
+        Expectation("bug", "REPRODUCED", {"deepspeed": "<0.19.8"}, established_by=_ESTABLISHED),
+        Expectation("bug", "NOT_REPRODUCED", {"deepspeed": ">=0.19.8"}, established_by=_ESTABLISHED),
+        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+    ),
+    description=__doc__ or "",
+)
+
+
+def run(ctx) -> None:  # type: ignore[no-untyped-def]
+    from repros.common.fixed_trainer import Scenario, choose_guards, train_deepspeed
+
+    scenario = Scenario(zero_stage=3, bf16=True, gradient_checkpointing=True, use_reentrant=False)
+    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    train_deepspeed(scenario, ctx, guards)
