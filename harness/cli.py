@@ -31,8 +31,9 @@ def _csv(value: str) -> tuple[str, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a lane (or chosen cells) of the matrix")
@@ -78,7 +79,9 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
 def _report(args: argparse.Namespace, console: Console) -> int:
     path = args.dir / RESULTS_FILE
     if not path.exists():
-        raise UserError(args.dir, RESULTS_FILE, "no results file here", "pass the directory of a run (reports/<run-id>)")
+        raise UserError(
+            args.dir, RESULTS_FILE, "no results file here", "pass the directory of a run (reports/<run-id>)"
+        )
     records = read_results(path)
     print_summary(console, records)
     return 0 if records and all(r.get("matched") for r in records) else 1
@@ -87,8 +90,10 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 def _list(args: argparse.Namespace, console: Console) -> int:
     matrix, discovery = _load(args.matrix)
     for repro in discovery.repros.values():
-        console.print(f"[bold]{repro.id}[/bold] {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})",
-                      highlight=False)
+        console.print(
+            f"[bold]{repro.id}[/bold] {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})",
+            highlight=False,
+        )
     for lane, description in matrix.lanes.items():
         cells = ", ".join(c.name for c in matrix.cells.values() if lane in c.lanes)
         console.print(f"lane [bold]{lane}[/bold]{': ' + description if description else ''} — {cells}", highlight=False)

@@ -73,6 +73,19 @@ def find_uv() -> str:
 
 
 @dataclass(frozen=True)
+class Listing:
+    python_version: str
+    packages: dict[str, str]
+
+
+def list_distributions(python: str) -> Listing:
+    """The interpreter's version and every distribution installed for it (no imports beyond the stdlib)."""
+    out = subprocess.run([python, "-c", _LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    return Listing(python_version=str(data["python"]), packages=dict(data["packages"]))
+
+
+@dataclass(frozen=True)
 class EnvRequest:
     packages: dict[str, str]
     python: str
@@ -144,14 +157,19 @@ class UvEnvironments:
         if request not in self._pythons:
             out = subprocess.run(
                 [self.uv, "python", "find", "--no-project", request],
-                capture_output=True, text=True, env=self._uv_env(), check=False,
+                capture_output=True,
+                text=True,
+                env=self._uv_env(),
+                check=False,
             )
             if out.returncode != 0:
                 raise EnvironmentUnavailable(f"no Python {request} on this machine: {_installer_reason(out.stderr)}")
             path = out.stdout.strip()
             version = subprocess.run(
                 [path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.strip()
             self._pythons[request] = (path, version)
         return self._pythons[request]
@@ -243,43 +261,36 @@ class UvEnvironments:
             # DeepSpeed's setup imports torch: install torch (and setuptools, which its
             # build needs without isolation) first, then build DeepSpeed against it.
             self._uv([*self._install_args(python, request), f"torch{packages['torch']}", "setuptools", "wheel"], log)
-            installed = self._list(python)
-            packages["torch"] = f"=={installed['packages']['torch']}"
+            packages["torch"] = f"=={list_distributions(python).packages['torch']}"
         requirements = [f"{name}{spec}" for name, spec in sorted(packages.items())]
         extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
         self._uv([*self._install_args(python, request), *extra, *requirements], log)
-        listing = self._list(python)
+        listing = list_distributions(python)
         return Environment(
             key=key,
             python=python,
-            python_version=listing["python"],
-            packages=listing["packages"],
+            python_version=listing.python_version,
+            packages=listing.packages,
             path=str(env_dir),
-            extensions_dir=str(extensions_dir_for(self.cache_dir, listing["python"], listing["packages"])),
+            extensions_dir=str(extensions_dir_for(self.cache_dir, listing.python_version, listing.packages)),
             reused=False,
             build_s=0.0,
         )
 
-    @staticmethod
-    def _list(python: str) -> dict[str, object]:
-        out = subprocess.run([python, "-c", _LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
-        return json.loads(out.stdout)
-
 
 def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> Environment:
     """The running interpreter, as it is: what a GPU runner with its own stack wants."""
-    out = subprocess.run([python, "-c", _LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
-    listing = json.loads(out.stdout)
-    if "torch" not in listing["packages"]:
+    listing = list_distributions(python)
+    if "torch" not in listing.packages:
         raise EnvironmentUnavailable(f"passthrough: the running interpreter {python} has no torch installed")
     extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
-        extensions_dir_for(cache_dir, listing["python"], listing["packages"])
+        extensions_dir_for(cache_dir, listing.python_version, listing.packages)
     )
     return Environment(
         key="passthrough",
         python=python,
-        python_version=listing["python"],
-        packages=listing["packages"],
+        python_version=listing.python_version,
+        packages=listing.packages,
         path=None,
         extensions_dir=extensions,
         reused=True,

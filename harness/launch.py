@@ -75,9 +75,24 @@ def rank_environment(env: Environment, world_size: int, repo_root: Path) -> dict
 
 def torchrun_command(python: str, module: str, mode: str, world_size: int, item_dir: Path) -> list[str]:
     return [
-        python, "-m", "torch.distributed.run",
-        "--standalone", "--nnodes", "1", "--nproc_per_node", str(world_size), "--max_restarts", "0",
-        "-m", "repros.common.rank_main", "--module", module, "--mode", mode, "--item-dir", str(item_dir),
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(world_size),
+        "--max_restarts",
+        "0",
+        "-m",
+        "repros.common.rank_main",
+        "--module",
+        module,
+        "--mode",
+        mode,
+        "--item-dir",
+        str(item_dir),
     ]
 
 

@@ -118,11 +118,15 @@ def _schema_error(path: Path, error: jsonschema.ValidationError) -> UserError:
         return UserError(path, field, error.message, f"add it ({MATRIX_FORMAT_HINT})")
     if error.validator == "pattern" or (error.validator == "propertyNames"):
         return UserError(
-            path, field, f"{error.instance!r} is not an allowed name",
+            path,
+            field,
+            f"{error.instance!r} is not an allowed name",
             "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
         )
     if error.validator == "const" and where == ["version"]:
-        return UserError(path, field, f"matrix format version {error.instance!r} is not supported", "write 'version: 1'")
+        return UserError(
+            path, field, f"matrix format version {error.instance!r} is not supported", "write 'version: 1'"
+        )
     return UserError(path, field, error.message, f"correct the value ({MATRIX_FORMAT_HINT})")
 
 
@@ -131,11 +135,18 @@ def _check_specifier(path: Path, field: str, package: str, spec: str) -> str:
     try:
         SpecifierSet(spec)
     except InvalidSpecifier:
-        return_fix = f"write a PEP 440 specifier such as '=={_example_version(spec)}' or '>=1.0,<2.0', or null to leave {package} out"
-        raise UserError(path, field, f"{spec!r} is not a valid PEP 440 version specifier", return_fix) from None
+        fix = (
+            f"write a PEP 440 specifier such as '=={_example_version(spec)}' or '>=1.0,<2.0', "
+            f"or null to leave {package} out"
+        )
+        raise UserError(path, field, f"{spec!r} is not a valid PEP 440 version specifier", fix) from None
     if not spec:
-        raise UserError(path, field, "an empty specifier would install any version",
-                        f"pin it (e.g. '==1.2.3'), or write null to leave {package} out")
+        raise UserError(
+            path,
+            field,
+            "an empty specifier would install any version",
+            f"pin it (e.g. '==1.2.3'), or write null to leave {package} out",
+        )
     return spec
 
 
@@ -162,7 +173,9 @@ def _check_date(path: Path, field: str, value: str | None) -> str | None:
     try:
         dt.datetime.fromisoformat(value)
     except ValueError:
-        raise UserError(path, field, f"{value!r} is not a date", "write an ISO date such as '2026-06-30' or an RFC 3339 time") from None
+        raise UserError(
+            path, field, f"{value!r} is not a date", "write an ISO date such as '2026-06-30' or an RFC 3339 time"
+        ) from None
     return value
 
 
@@ -198,8 +211,12 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         for name, cell in cells_raw.items():
             for i, lane in enumerate(cell.get("lanes", [])):
                 if lane not in declared_lanes:
-                    raise UserError(path, f"cells.{name}.lanes[{i}]", f"unknown lane {lane!r}",
-                                    f"declare it under 'lanes:' or use one of: {', '.join(sorted(declared_lanes))}")
+                    raise UserError(
+                        path,
+                        f"cells.{name}.lanes[{i}]",
+                        f"unknown lane {lane!r}",
+                        f"declare it under 'lanes:' or use one of: {', '.join(sorted(declared_lanes))}",
+                    )
     lanes = declared_lanes or {lane: "" for lane in sorted(used_lanes)}
 
     cells: dict[str, Cell] = {}
@@ -207,13 +224,21 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         packages = _merge_packages(path, name, defaults.get("packages") or {}, raw.get("packages") or {})
         passthrough = bool(raw.get("passthrough", False))
         if not packages and not passthrough:
-            raise UserError(path, f"cells.{name}.packages", "the cell installs no packages",
-                            "list its packages (or defaults.packages), or set 'passthrough: true'")
+            raise UserError(
+                path,
+                f"cells.{name}.packages",
+                "the cell installs no packages",
+                "list its packages (or defaults.packages), or set 'passthrough: true'",
+            )
         cell_repros = raw.get("repros")
         for i, repro in enumerate(cell_repros or []):
             if repro not in known_repros:
-                raise UserError(path, f"cells.{name}.repros[{i}]", f"unknown repro {repro!r}",
-                                f"use one of: {', '.join(sorted(known_repros))}")
+                raise UserError(
+                    path,
+                    f"cells.{name}.repros[{i}]",
+                    f"unknown repro {repro!r}",
+                    f"use one of: {', '.join(sorted(known_repros))}",
+                )
         exclude_newer = raw.get("exclude_newer", defaults.get("exclude_newer"))
         cells[name] = Cell(
             name=name,
@@ -231,15 +256,23 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     excludes: list[Exclude] = []
     for i, raw in enumerate(data.get("exclude") or []):
         if "cell" in raw and raw["cell"] not in cells:
-            raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}",
-                            f"use one of: {', '.join(cells)}")
+            raise UserError(
+                path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", f"use one of: {', '.join(cells)}"
+            )
         if "repro" in raw and raw["repro"] not in known_repros:
-            raise UserError(path, f"exclude[{i}].repro", f"unknown repro {raw['repro']!r}",
-                            f"use one of: {', '.join(sorted(known_repros))}")
+            raise UserError(
+                path,
+                f"exclude[{i}].repro",
+                f"unknown repro {raw['repro']!r}",
+                f"use one of: {', '.join(sorted(known_repros))}",
+            )
         if "mode" in raw and raw["mode"] not in known_modes:
-            raise UserError(path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}",
-                            f"use one of: {', '.join(known_modes)}")
-        excludes.append(Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=raw.get("repro"), mode=raw.get("mode")))
+            raise UserError(
+                path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
+            )
+        excludes.append(
+            Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=raw.get("repro"), mode=raw.get("mode"))
+        )
 
     default_lane = data.get("default_lane")
     if default_lane is not None and default_lane not in lanes:

@@ -14,7 +14,7 @@ def step_time_summary(records: Iterable[dict[str, Any]]) -> dict[str, float | in
     over ranks; the summary is over those per-step maxima.
     """
     per_rank = [
-        list(rec.get("step_times_s") or [])[int(rec.get("warmup_steps") or 0):]
+        list(rec.get("step_times_s") or [])[int(rec.get("warmup_steps") or 0) :]
         for rec in records
         if rec.get("step_times_s")
     ]
@@ -36,8 +36,10 @@ def step_time_summary(records: Iterable[dict[str, Any]]) -> dict[str, float | in
 
 def peak_memory(records: Iterable[dict[str, Any]]) -> tuple[int | None, str | None, dict[int, int]]:
     """(maximum over ranks, its kind, per-rank peaks)."""
-    per_rank = {int(rec["rank"]): int(rec["peak_mem_bytes"]) for rec in records if rec.get("peak_mem_bytes") is not None}
-    kinds = {rec.get("peak_mem_kind") for rec in records if rec.get("peak_mem_kind")}
+    per_rank = {
+        int(rec["rank"]): int(rec["peak_mem_bytes"]) for rec in records if rec.get("peak_mem_bytes") is not None
+    }
+    kinds = {str(rec["peak_mem_kind"]) for rec in records if rec.get("peak_mem_kind")}
     if not per_rank:
         return None, None, {}
     return max(per_rank.values()), (kinds.pop() if len(kinds) == 1 else ",".join(sorted(kinds))), per_rank

@@ -125,7 +125,11 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
         return Observation(CRASH, reasons=(f"rank {rank} killed by {_signal_name(code)}",))
 
     errors = [
-        (rank, ErrorInfo(type=str(rec["error"].get("type")), message=str(rec["error"].get("message", "")), rank=rank), rec)
+        (
+            rank,
+            ErrorInfo(type=str(rec["error"].get("type")), message=str(rec["error"].get("message", "")), rank=rank),
+            rec,
+        )
         for rank, rec in _rank_errors(launch)
     ]
     for rank, info, rec in errors:

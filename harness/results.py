@@ -128,8 +128,15 @@ def env_summary(env: Environment | None) -> dict[str, Any] | None:
 
 
 def unresolvable_record(
-    *, run_id: str, item: ItemId, reason: str, expected: Expectation | None, world_size: int, repro_cmd: str,
-    started_at: str, finished_at: str,
+    *,
+    run_id: str,
+    item: ItemId,
+    reason: str,
+    expected: Expectation | None,
+    world_size: int,
+    repro_cmd: str,
+    started_at: str,
+    finished_at: str,
 ) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,

@@ -15,7 +15,6 @@ import secrets
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +26,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import repros
 from harness import __version__
 from harness.environments import (
-    EnvRequest,
     Environment,
     EnvironmentUnavailable,
+    EnvRequest,
     UvEnvironments,
     passthrough_environment,
 )
@@ -82,7 +81,7 @@ class Plan:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def new_run_id() -> str:
@@ -91,16 +90,18 @@ def new_run_id() -> str:
 
 def plan_items(opts: RunOptions) -> Plan:
     matrix, known = opts.matrix, opts.discovery.repros
-    for repro in opts.repros:
-        if repro not in known:
-            raise UserError("--repros", repro, "unknown repro", f"use one of: {', '.join(sorted(known))}")
+    for wanted in opts.repros:
+        if wanted not in known:
+            raise UserError("--repros", wanted, "unknown repro", f"use one of: {', '.join(sorted(known))}")
     for mode in opts.modes:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
     if opts.cells:
         for name in opts.cells:
             if name not in matrix.cells:
-                raise UserError(matrix.path, "cells", f"no cell named {name!r}", f"use one of: {', '.join(matrix.cells)}")
+                raise UserError(
+                    matrix.path, "cells", f"no cell named {name!r}", f"use one of: {', '.join(matrix.cells)}"
+                )
         cells = [matrix.cells[n] for n in opts.cells]
         if opts.lane:
             cells = [c for c in cells if opts.lane in c.lanes]
@@ -119,7 +120,9 @@ def plan_items(opts: RunOptions) -> Plan:
                     continue
                 exclusion = matrix.exclusion(cell.name, repro_id, mode)
                 if exclusion is not None:
-                    plan.excluded.append({"cell": cell.name, "repro": repro_id, "mode": mode, "reason": exclusion.reason})
+                    plan.excluded.append(
+                        {"cell": cell.name, "repro": repro_id, "mode": mode, "reason": exclusion.reason}
+                    )
                     continue
                 world_size = repro.spec.world_size or cell.world_size
                 plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size))
@@ -136,14 +139,26 @@ def prepare_out_dir(opts: RunOptions, run_id: str) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise UserError(out, "--out", f"cannot be written ({exc.strerror})", "choose a directory you can write to") from None
+        raise UserError(
+            out, "--out", f"cannot be written ({exc.strerror})", "choose a directory you can write to"
+        ) from None
     return out
 
 
 def repro_command(opts: RunOptions, item: PlannedItem) -> str:
     args = [
-        "python", "-m", "harness", "run", "--matrix", str(opts.matrix.path),
-        "--cells", item.cell.name, "--repros", item.repro_id, "--modes", item.mode,
+        "python",
+        "-m",
+        "harness",
+        "run",
+        "--matrix",
+        str(opts.matrix.path),
+        "--cells",
+        item.cell.name,
+        "--repros",
+        item.repro_id,
+        "--modes",
+        item.mode,
     ]
     if opts.cache_dir_given and opts.cache_dir is not None:
         args += ["--cache-dir", str(opts.cache_dir)]
@@ -186,8 +201,12 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
         "git_commit": _git_commit(),
         "matrix": {"path": str(opts.matrix.path), "sha256": opts.matrix.sha256},
         "lane": opts.lane or opts.matrix.default_lane,
-        "host": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                 "python": sys.version.split()[0]},
+        "host": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+        },
         "cache_dir": str(cache_dir),
         "index": builder.index.key_material(),
         "planned": [i.id.label() for i in plan.items],
@@ -205,10 +224,17 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
     for item in plan.items:
         by_cell.setdefault(item.cell.name, []).append(item)
 
-    with ResultsWriter(out / RESULTS_FILE) as writer, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
-    ) as progress:
+    with (
+        ResultsWriter(out / RESULTS_FILE) as writer,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
         task = progress.add_task("items", total=len(plan.items))
         for cell_name, items in by_cell.items():
             cell = items[0].cell
@@ -220,8 +246,13 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
                 how = "passthrough" if env.passthrough else ("reused" if env.reused else f"built in {env.build_s:.1f}s")
                 console.print(f"{cell_name}: environment {env.key} {how}", highlight=False)
                 meta["cells"][cell_name] = {
-                    "key": env.key, "reused": env.reused, "build_s": env.build_s, "python": env.python_version,
-                    "requested": cell.packages, "packages": env.packages, "extensions_dir": env.extensions_dir,
+                    "key": env.key,
+                    "reused": env.reused,
+                    "build_s": env.build_s,
+                    "python": env.python_version,
+                    "requested": cell.packages,
+                    "packages": env.packages,
+                    "extensions_dir": env.extensions_dir,
                 }
             except EnvironmentUnavailable as exc:
                 reason = exc.reason
@@ -237,18 +268,33 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
                 if env is None:
                     expected = next((e for e in repro.spec.expectations if e.mode == item.mode), None)
                     record = unresolvable_record(
-                        run_id=run_id, item=item.id, reason=reason, expected=expected, world_size=item.world_size,
-                        repro_cmd=cmd, started_at=started, finished_at=_now(),
+                        run_id=run_id,
+                        item=item.id,
+                        reason=reason,
+                        expected=expected,
+                        world_size=item.world_size,
+                        repro_cmd=cmd,
+                        started_at=started,
+                        finished_at=_now(),
                     )
                 else:
                     item_dir = (out / "items" / cell_name / f"{item.repro_id}-{item.mode}").resolve()
-                    launch = launch_item(env, item.module, item.mode, item.world_size, item_dir, cell.timeout_s, REPO_ROOT)
+                    launch = launch_item(
+                        env, item.module, item.mode, item.world_size, item_dir, cell.timeout_s, REPO_ROOT
+                    )
                     observation = classify(item.mode, repro.spec, launch)
                     versions = {**env.packages, "python": env.python_version}
                     record = item_record(
-                        run_id=run_id, item=item.id, observation=observation,
-                        expected=expectation_for(repro.spec, item.mode, versions), env=env, launch=launch,
-                        repro_cmd=cmd, item_dir=item_dir, started_at=started, finished_at=_now(),
+                        run_id=run_id,
+                        item=item.id,
+                        observation=observation,
+                        expected=expectation_for(repro.spec, item.mode, versions),
+                        env=env,
+                        launch=launch,
+                        repro_cmd=cmd,
+                        item_dir=item_dir,
+                        started_at=started,
+                        finished_at=_now(),
                     )
                 writer.append(record)
                 records.append(record)

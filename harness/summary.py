@@ -70,7 +70,7 @@ def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded:
         console.print("no items ran")
         return
     console.print(results_table(records, excluded))
-    cells = {}
+    cells: dict[str, dict[str, Any]] = {}
     for rec in records:
         if rec.get("versions", {}).get("torch"):
             cells.setdefault(rec["cell"], rec["versions"])
@@ -86,7 +86,9 @@ def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded:
         )
         if rec.get("error"):
             err = rec["error"]
-            console.print(f"    {err.get('type')}: {err.get('message')} (rank {err.get('rank')})", highlight=False, markup=False)
+            console.print(
+                f"    {err.get('type')}: {err.get('message')} (rank {err.get('rank')})", highlight=False, markup=False
+            )
         for reason in rec.get("reasons") or []:
             console.print(f"    {reason.splitlines()[0] if reason else ''}", highlight=False, markup=False)
         console.print(f"    rerun: {rec.get('repro_cmd')}", highlight=False, markup=False)

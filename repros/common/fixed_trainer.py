@@ -88,7 +88,9 @@ def choose_guards(scenario: Scenario) -> list[Guard]:
         reentrant = True
     if scenario.gradient_checkpointing and reentrant and not scenario.input_require_grads:
         guards.append(
-            Guard("input-require-grads", "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)")
+            Guard(
+                "input-require-grads", "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)"
+            )
         )
     return guards
 
@@ -186,7 +188,9 @@ def train_deepspeed(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -
         "losses": [_json_number(v) for v in losses],
         "adapter_grad_norms": {k: [_json_number(v) for v in vs] for k, vs in grad_norms.items()},
         "adapter_weight_delta": {
-            name: (None if before[name] is None or after[name] is None else float((after[name] - before[name]).abs().max()))
+            name: (
+                None if before[name] is None or after[name] is None else float((after[name] - before[name]).abs().max())
+            )
             for name, _ in adapters
         },
     }

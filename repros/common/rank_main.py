@@ -33,7 +33,7 @@ PROCESS_GROUP_TIMEOUT_S = 900
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _qualified_name(exc: BaseException) -> str:
@@ -63,8 +63,7 @@ def _setup_device(local_rank: int, world_size: int) -> tuple[Any, str]:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         if torch.cuda.device_count() < local_world:
             raise ScenarioUnavailable(
-                f"{local_world} ranks on this node need {local_world} GPUs; "
-                f"{torch.cuda.device_count()} visible"
+                f"{local_world} ranks on this node need {local_world} GPUs; {torch.cuda.device_count()} visible"
             )
         torch.cuda.set_device(local_rank)
         device, backend = torch.device("cuda", local_rank), "nccl"

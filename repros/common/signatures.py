@@ -11,9 +11,7 @@ RECOMPUTE_METADATA_PATTERN = (
     r"than during the forward pass"
 )
 
-_PAIR = re.compile(
-    r"saved metadata:\s*(?P<saved>\{[^\n]*\})\s*\n\s*recomputed metadata:\s*(?P<recomputed>\{[^\n]*\})"
-)
+_PAIR = re.compile(r"saved metadata:\s*(?P<saved>\{[^\n]*\})\s*\n\s*recomputed metadata:\s*(?P<recomputed>\{[^\n]*\})")
 _SHAPE = re.compile(r"'shape':\s*torch\.Size\(\[(?P<dims>[^\]]*)\]\)")
 _DTYPE = re.compile(r"'dtype':\s*(?P<dtype>torch\.\w+)")
 _DEVICE = re.compile(r"'device':\s*(?P<device>device\([^)]*\))")
@@ -72,4 +70,3 @@ def recomputed_shapes_are_empty(message: str) -> bool:
         if pair.saved.dtype != pair.recomputed.dtype or pair.saved.device != pair.recomputed.device:
             return False
     return True
-

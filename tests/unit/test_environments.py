@@ -1,0 +1,140 @@
+"""Environment keys, reuse, interrupted builds, and pip's index configuration for uv."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.environments import (
+    READY_MARKER,
+    Environment,
+    EnvironmentUnavailable,
+    EnvRequest,
+    UvEnvironments,
+    extensions_dir_for,
+)
+from harness.package_index import IndexConfig, parse_pip_config_list
+
+PIP_CONFIG_LIST = """\
+:env:.cert='/etc/ssl/certs/ca-certificates.crt'
+:env:.find-links='/opt/wheels'
+global.cert='/etc/ssl/certs/ca-certificates.crt'
+global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'
+global.find-links='/opt/old-wheels'
+"""
+
+REQUEST = EnvRequest(packages={"torch": "==2.13.0", "deepspeed": "==0.19.2"}, python="3.11", exclude_newer=None)
+
+
+class FakeBuilds(UvEnvironments):
+    """Real keying and reuse logic; the uv calls replaced by a recorded fake build."""
+
+    def __init__(self, cache: Path, index: IndexConfig | None = None, fail_with: BaseException | None = None) -> None:
+        super().__init__(cache, index or IndexConfig(), uv="uv-not-called")
+        self.builds = 0
+        self.fail_with = fail_with
+
+    def uv_version(self) -> str:
+        return "uv 0.0.0"
+
+    def find_python(self, request: str) -> tuple[str, str]:
+        return (f"/usr/bin/python{request}", f"{request}.7")
+
+    def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
+        self.builds += 1
+        env_dir.mkdir(parents=True)
+        (env_dir / "venv").mkdir()
+        if self.fail_with is not None:
+            raise self.fail_with
+        return Environment(
+            key=key,
+            python=str(env_dir / "venv/bin/python"),
+            python_version="3.11.7",
+            packages={"torch": "2.13.0", "deepspeed": "0.19.2"},
+            path=str(env_dir),
+            extensions_dir="/e",
+            reused=False,
+            build_s=0.0,
+        )
+
+
+def test_pip_config_becomes_uv_arguments_with_the_environment_winning() -> None:
+    config = parse_pip_config_list(PIP_CONFIG_LIST)
+    assert config.find_links == ("/opt/wheels",)
+    assert config.extra_index_urls == ("file:///opt/pypi/simple", "file:///opt/pypi-more/simple")
+    args = config.uv_args()
+    assert args[args.index("--find-links") + 1] == "/opt/wheels"
+    assert args.count("--extra-index-url") == 2
+    assert args[args.index("--index-strategy") + 1] == "unsafe-best-match"
+
+
+def test_key_is_stable_and_ignores_package_order(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    reordered = EnvRequest(packages={"deepspeed": "==0.19.2", "torch": "==2.13.0"}, python="3.11", exclude_newer=None)
+    assert builds.key(REQUEST) == builds.key(reordered)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"packages": {"torch": "==2.13.0", "deepspeed": "==0.19.8"}},
+        {"packages": {"torch": "==2.13.0", "deepspeed": "==0.19.2", "peft": "==0.21.2"}},
+        {"python": "3.12"},
+        {"exclude_newer": "2026-06-30"},
+    ],
+)
+def test_key_changes_with_what_changes_the_install(tmp_path: Path, change: dict) -> None:
+    builds = FakeBuilds(tmp_path)
+    assert builds.key(REQUEST) != builds.key(dataclasses.replace(REQUEST, **change))
+
+
+def test_key_changes_with_the_indexes_in_force(tmp_path: Path) -> None:
+    plain = FakeBuilds(tmp_path).key(REQUEST)
+    with_links = FakeBuilds(tmp_path, IndexConfig(find_links=("/opt/wheels",))).key(REQUEST)
+    with_index = FakeBuilds(tmp_path, IndexConfig(index_url="https://mirror.invalid/simple")).key(REQUEST)
+    assert len({plain, with_links, with_index}) == 3
+
+
+def test_environment_is_built_once_then_reused(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    first = builds.get(REQUEST)
+    second = builds.get(REQUEST)
+    assert builds.builds == 1
+    assert not first.reused and second.reused
+    assert second.python == first.python
+    other = builds.get(dataclasses.replace(REQUEST, python="3.12"))
+    assert builds.builds == 2 and other.key != first.key and other.path != first.path
+
+
+def test_a_failed_build_leaves_nothing_to_reuse(tmp_path: Path) -> None:
+    failing = FakeBuilds(tmp_path, fail_with=EnvironmentUnavailable("No solution found"))
+    with pytest.raises(EnvironmentUnavailable):
+        failing.get(REQUEST)
+    assert not failing.env_dir(failing.key(REQUEST)).exists()
+
+
+def test_an_interrupted_build_is_rebuilt_not_reused(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    key = builds.key(REQUEST)
+    half = builds.env_dir(key)
+    (half / "venv" / "bin").mkdir(parents=True)  # what a build killed halfway leaves: no READY marker
+    env = builds.get(REQUEST)
+    assert builds.builds == 1 and not env.reused
+    assert (half / READY_MARKER).exists()
+
+
+def test_keyboard_interrupt_during_a_build_is_cleaned_up(tmp_path: Path) -> None:
+    interrupted = FakeBuilds(tmp_path, fail_with=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.get(REQUEST)
+    assert not interrupted.env_dir(interrupted.key(REQUEST)).exists()
+
+
+def test_each_torch_deepspeed_pair_gets_its_own_extensions_dir(tmp_path: Path) -> None:
+    a = extensions_dir_for(tmp_path, "3.11.7", {"torch": "2.13.0+cpu", "deepspeed": "0.19.2"})
+    b = extensions_dir_for(tmp_path, "3.11.7", {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"})
+    c = extensions_dir_for(tmp_path, "3.11.7", {"torch": "2.5.1", "deepspeed": "0.19.2"})
+    assert len({a, b, c}) == 3
+    assert a == extensions_dir_for(tmp_path, "3.11.9", {"torch": "2.13.0+cpu", "deepspeed": "0.19.2"})
