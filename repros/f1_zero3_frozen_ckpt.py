@@ -18,9 +18,12 @@ from __future__ import annotations
 from repros.common.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
 from repros.common.spec import Expectation, ReproSpec, Signature
 
+# The boundary, found by running the bug mode in one cell per DeepSpeed release from
+# 0.19.2 to 0.19.8 (torch 2.13.0 CPU, peft 0.21.2, transformers 5.23.0): 0.19.2
+# REPRODUCED, 0.19.3 to 0.19.8 NOT_REPRODUCED. So PR #8148 first shipped in 0.19.3.
 _ESTABLISHED = (
-    "python -m harness run --lane ci --repros F1  "
-    "(cells current: deepspeed 0.19.8, ds-0.19.2: deepspeed 0.19.2; torch 2.13.0 CPU)"
+    "python -m harness run --matrix M --lane ci --repros F1 --modes bug, M = matrix.yaml's defaults with cells "
+    "deepspeed==0.19.2 ... ==0.19.8 (2026-11-22, torch 2.13.0+cpu, 2 ranks, gloo)"
 )
 
 SPEC = ReproSpec(
@@ -44,8 +47,8 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", "REPRODUCED", {"deepspeed": "<0.19.8"}, established_by=_ESTABLISHED),
-        Expectation("bug", "NOT_REPRODUCED", {"deepspeed": ">=0.19.8"}, established_by=_ESTABLISHED),
+        Expectation("bug", "REPRODUCED", {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED),
+        Expectation("bug", "NOT_REPRODUCED", {"deepspeed": ">=0.19.3"}, established_by=_ESTABLISHED),
         Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",

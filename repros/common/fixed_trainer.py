@@ -33,7 +33,7 @@ from repros.common.tiny_models import fixed_batch, tiny_qwen2
 
 #: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
 #: frozen params"). Established by running F1 (see repros/f1_zero3_frozen_ckpt.py).
-DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.8")
+DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ def test_peak_memory_is_the_maximum_over_ranks() -> None:
 def test_expectations_follow_resolved_versions_including_local_labels() -> None:
     assert expectation_for(F1, "bug", {"deepspeed": "0.19.2", "torch": "2.13.0+cpu"}).outcome == "REPRODUCED"
     assert expectation_for(F1, "bug", {"deepspeed": "0.19.8"}).outcome == "NOT_REPRODUCED"
+    assert expectation_for(F1, "bug", {"deepspeed": "0.19.3"}).outcome == "NOT_REPRODUCED"  # the boundary
     assert expectation_for(F1, "bug", {"torch": "2.13.0"}) is None  # no deepspeed: no range holds
     assert expectation_for(F1, "fixed", {}).outcome == "PASS"
 
