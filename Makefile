@@ -23,7 +23,7 @@ test: setup
 	$(PY) -m pytest -n 2 --dist loadfile --junitxml=reports/junit-tests.xml $(ARGS)
 
 unit: setup
-	$(PY) -m pytest tests/unit -q $(ARGS)
+	$(PY) -m pytest -q --no-integration $(ARGS)
 
 clean:
 	rm -rf $(VENV) reports/*/
