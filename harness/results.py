@@ -132,7 +132,6 @@ def unresolvable_record(
     run_id: str,
     item: ItemId,
     reason: str,
-    expected: Expectation | None,
     world_size: int,
     repro_cmd: str,
     started_at: str,
@@ -146,7 +145,8 @@ def unresolvable_record(
         "mode": item.mode,
         "outcome": "UNRESOLVABLE",
         "signature": None,
-        **_expectation_fields(expected, "UNRESOLVABLE"),
+        # Without an environment there are no versions to look an expectation up by.
+        **_expectation_fields(None, "UNRESOLVABLE"),
         "versions": tracked_versions(None),
         "world_size": world_size,
         "device": None,

@@ -38,7 +38,7 @@ from harness.launch import launch_item
 from harness.matrix import Cell, Matrix
 from harness.outcome import classify
 from harness.package_index import pip_index_config
-from harness.repro_registry import Discovery
+from harness.repro_registry import Discovery, Repro
 from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, unresolvable_record
 from harness.summary import print_summary
 from repros.common.spec import MODES
@@ -179,10 +179,58 @@ def _write_run_json(out: Path, meta: dict[str, Any]) -> None:
     os.replace(tmp, out / "run.json")
 
 
-def _environment_for(cell: Cell, builder: UvEnvironments, cache_dir: Path) -> Environment:
+def environment_for(cell: Cell, builder: UvEnvironments, cache_dir: Path) -> Environment:
     if cell.passthrough:
         return passthrough_environment(cache_dir)
     return builder.get(EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer))
+
+
+def observe_item(
+    *,
+    run_id: str,
+    item: PlannedItem,
+    repro: Repro,
+    env: Environment | None,
+    unavailable_reason: str,
+    out: Path,
+    repro_cmd: str,
+) -> dict[str, Any]:
+    """Launch one item in ``env`` and return its result record (UNRESOLVABLE without an env)."""
+    started = _now()
+    if env is None:
+        return unresolvable_record(
+            run_id=run_id,
+            item=item.id,
+            reason=unavailable_reason,
+            world_size=item.world_size,
+            repro_cmd=repro_cmd,
+            started_at=started,
+            finished_at=_now(),
+        )
+    item_dir = (out / "items" / item.cell.name / f"{item.repro_id}-{item.mode}").resolve()
+    launch = launch_item(env, item.module, item.mode, item.world_size, item_dir, item.cell.timeout_s, REPO_ROOT)
+    observation = classify(item.mode, repro.spec, launch)
+    return item_record(
+        run_id=run_id,
+        item=item.id,
+        observation=observation,
+        expected=expectation_for(repro.spec, item.mode, {**env.packages, "python": env.python_version}),
+        env=env,
+        launch=launch,
+        repro_cmd=repro_cmd,
+        item_dir=item_dir,
+        started_at=started,
+        finished_at=_now(),
+    )
+
+
+def host_info() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
 
 
 def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int:
@@ -201,12 +249,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
         "git_commit": _git_commit(),
         "matrix": {"path": str(opts.matrix.path), "sha256": opts.matrix.sha256},
         "lane": opts.lane or opts.matrix.default_lane,
-        "host": {
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "python": sys.version.split()[0],
-        },
+        "host": host_info(),
         "cache_dir": str(cache_dir),
         "index": builder.index.key_material(),
         "planned": [i.id.label() for i in plan.items],
@@ -242,7 +285,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
             env: Environment | None = None
             reason = ""
             try:
-                env = _environment_for(cell, builder, cache_dir)
+                env = environment_for(cell, builder, cache_dir)
                 how = "passthrough" if env.passthrough else ("reused" if env.reused else f"built in {env.build_s:.1f}s")
                 console.print(f"{cell_name}: environment {env.key} {how}", highlight=False)
                 meta["cells"][cell_name] = {
@@ -261,41 +304,16 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int
             _write_run_json(out, meta)
 
             for item in items:
-                repro = opts.discovery.repros[item.repro_id]
                 progress.update(task, description=f"{item.id.label()}")
-                started = _now()
-                cmd = repro_command(opts, item)
-                if env is None:
-                    expected = next((e for e in repro.spec.expectations if e.mode == item.mode), None)
-                    record = unresolvable_record(
-                        run_id=run_id,
-                        item=item.id,
-                        reason=reason,
-                        expected=expected,
-                        world_size=item.world_size,
-                        repro_cmd=cmd,
-                        started_at=started,
-                        finished_at=_now(),
-                    )
-                else:
-                    item_dir = (out / "items" / cell_name / f"{item.repro_id}-{item.mode}").resolve()
-                    launch = launch_item(
-                        env, item.module, item.mode, item.world_size, item_dir, cell.timeout_s, REPO_ROOT
-                    )
-                    observation = classify(item.mode, repro.spec, launch)
-                    versions = {**env.packages, "python": env.python_version}
-                    record = item_record(
-                        run_id=run_id,
-                        item=item.id,
-                        observation=observation,
-                        expected=expectation_for(repro.spec, item.mode, versions),
-                        env=env,
-                        launch=launch,
-                        repro_cmd=cmd,
-                        item_dir=item_dir,
-                        started_at=started,
-                        finished_at=_now(),
-                    )
+                record = observe_item(
+                    run_id=run_id,
+                    item=item,
+                    repro=opts.discovery.repros[item.repro_id],
+                    env=env,
+                    unavailable_reason=reason,
+                    out=out,
+                    repro_cmd=repro_command(opts, item),
+                )
                 writer.append(record)
                 records.append(record)
                 progress.advance(task)

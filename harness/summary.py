@@ -35,6 +35,8 @@ def entry_text(rec: dict[str, Any]) -> Text:
     text = Text(rec["outcome"], style=style)
     if matched:
         text.append(" ✓", style="green")
+    elif rec["outcome"] == "UNRESOLVABLE":
+        text.append(" ✗ no environment", style="red")
     else:
         expected = rec.get("expected") or "no expectation"
         text.append(f" ✗ expected {expected}", style="red")
@@ -79,9 +81,12 @@ def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded:
         console.print(f"[bold]{cell}[/bold]: {pins}", highlight=False)
     mismatches = [r for r in records if not r.get("matched")]
     for rec in mismatches:
+        if rec["outcome"] == "UNRESOLVABLE":
+            verdict = "the cell's environment could not be built"
+        else:
+            verdict = f"expected {rec.get('expected') or 'nothing (no expectation covers these versions)'}"
         console.print(
-            f"[red]✗[/red] {rec['cell']}/{rec['repro']}/{rec['mode']}: observed {rec['outcome']}, "
-            f"expected {rec.get('expected') or 'nothing (no expectation covers these versions)'}",
+            f"[red]✗[/red] {rec['cell']}/{rec['repro']}/{rec['mode']}: observed {rec['outcome']}, {verdict}",
             highlight=False,
         )
         if rec.get("error"):
