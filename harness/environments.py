@@ -156,7 +156,9 @@ class UvEnvironments:
         """The interpreter uv would use for ``request``: (path, full version)."""
         if request not in self._pythons:
             out = subprocess.run(
-                [self.uv, "python", "find", "--no-project", request],
+                # --system: never the virtual environment uv would find around the cwd
+                # (the orchestrator's own .venv), which would tie the key to a checkout.
+                [self.uv, "python", "find", "--no-project", "--system", request],
                 capture_output=True,
                 text=True,
                 env=self._uv_env(),
