@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness run|report|list``.
+"""Command line: ``python -m harness run|bisect|report|list``.
 
 Exit status: 0 when every observation matched its expectation, 1 when any did
 not, 2 for a usage or configuration error (one line naming the file, the field
@@ -12,8 +12,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from rich.console import Console
 
+from harness.bisect import BisectOptions, execute_bisect
 from harness.environments import default_cache_dir
 from harness.errors import EXIT_USAGE, UserError
 from harness.matrix import Matrix, load_matrix
@@ -45,6 +48,33 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="output directory (default: reports/<run-id>)")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
     run.add_argument("--cache-dir", type=Path, help=f"environment cache (default: {default_cache_dir()})")
+    run.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="PKG==VER",
+        help="pin a package over the selected cells' own spec (repeatable)",
+    )
+
+    bisect = sub.add_parser("bisect", help="find the release of a package that changed a repro's outcome")
+    bisect.add_argument("--repro", required=True)
+    bisect.add_argument("--mode", default="bug")
+    bisect.add_argument("--package", required=True)
+    bisect.add_argument("--good", required=True, help="a release where the repro shows the good outcome")
+    bisect.add_argument("--bad", required=True, help="a release where it shows the bad outcome")
+    bisect.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
+    bisect.add_argument("--cell", help="the base cell (default: the first cell of the default lane)")
+    bisect.add_argument("--out", type=Path, help="output directory (default: reports/bisect-<run-id>)")
+    bisect.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    bisect.add_argument("--cache-dir", type=Path, help=f"environment cache (default: {default_cache_dir()})")
+    bisect.add_argument("--pre", action="store_true", help="include pre-releases")
+    bisect.add_argument(
+        "--verify",
+        type=int,
+        default=0,
+        metavar="K",
+        help="probe K more untested releases to catch a non-monotonic history",
+    )
 
     report = sub.add_parser("report", help="print the summary of a finished run again")
     report.add_argument("dir", type=Path)
@@ -59,6 +89,43 @@ def _load(path: Path) -> tuple[Matrix, Discovery]:
     return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
 
 
+def _pins(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    pins = []
+    for text in texts:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            raise UserError("--pin", text, "is not a requirement", "write it like deepspeed==0.19.5") from None
+        if req.marker or req.extras or req.url or not str(req.specifier):
+            raise UserError("--pin", text, "must be a name and a version specifier only", "write it like peft==0.21.2")
+        pins.append((canonicalize_name(req.name), str(req.specifier)))
+    return tuple(pins)
+
+
+def _cache_dir(args: argparse.Namespace) -> Path:
+    return Path(args.cache_dir or default_cache_dir()).expanduser().resolve()
+
+
+def _bisect(args: argparse.Namespace, console: Console) -> int:
+    matrix, discovery = _load(args.matrix)
+    opts = BisectOptions(
+        matrix=matrix,
+        discovery=discovery,
+        repro=args.repro,
+        mode=args.mode,
+        package=canonicalize_name(args.package),
+        good=args.good,
+        bad=args.bad,
+        cache_dir=_cache_dir(args),
+        cell=args.cell,
+        out_dir=args.out,
+        reports_dir=args.reports_dir,
+        pre=args.pre,
+        verify=args.verify,
+    )
+    return execute_bisect(opts, console)
+
+
 def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
     matrix, discovery = _load(args.matrix)
     opts = RunOptions(
@@ -70,8 +137,9 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
         modes=args.modes,
         out_dir=args.out,
         reports_dir=args.reports_dir,
-        cache_dir=(args.cache_dir or default_cache_dir()).expanduser().resolve(),
+        cache_dir=_cache_dir(args),
         cache_dir_given=args.cache_dir is not None,
+        pins=_pins(args.pin),
     )
     return execute(opts, console, argv)
 
@@ -112,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, console, argv)
         if args.command == "report":
             return _report(args, console)
+        if args.command == "bisect":
+            return _bisect(args, console)
         return _list(args, console)
     except UserError as exc:
         print(f"error: {exc.line()}", file=sys.stderr)

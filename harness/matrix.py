@@ -39,6 +39,8 @@ class Cell:
     passthrough: bool
     repros: tuple[str, ...] | None
     description: str = ""
+    #: The matrix cell this one was derived from (by --pin or bisect), if any.
+    origin: str | None = None
 
 
 @dataclass(frozen=True)

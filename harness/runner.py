@@ -7,6 +7,7 @@ built gives UNRESOLVABLE records for its items and the run goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -59,6 +60,8 @@ class RunOptions:
     reports_dir: Path = Path("reports")
     cache_dir: Path | None = None
     cache_dir_given: bool = False
+    #: Packages pinned over every selected cell's own spec (``--pin deepspeed==0.19.5``).
+    pins: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ def plan_items(opts: RunOptions) -> Plan:
     else:
         lane = opts.lane or matrix.default_lane
         cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
+    if opts.pins:
+        cells = [pinned_cell(c, opts.pins) for c in cells if not c.passthrough]
     plan = Plan()
     for cell in cells:
         for repro_id, repro in sorted(known.items()):
@@ -145,24 +150,33 @@ def prepare_out_dir(opts: RunOptions, run_id: str) -> Path:
     return out
 
 
-def repro_command(opts: RunOptions, item: PlannedItem) -> str:
-    args = [
-        "python",
-        "-m",
-        "harness",
-        "run",
-        "--matrix",
-        str(opts.matrix.path),
-        "--cells",
-        item.cell.name,
-        "--repros",
-        item.repro_id,
-        "--modes",
-        item.mode,
-    ]
-    if opts.cache_dir_given and opts.cache_dir is not None:
-        args += ["--cache-dir", str(opts.cache_dir)]
+def pinned_cell(cell: Cell, pins: tuple[tuple[str, str], ...]) -> Cell:
+    """``cell`` with some packages pinned over its own specs; named after its origin."""
+    suffix = "+".join(f"{name}-{spec.lstrip('=<>!~')}" for name, spec in pins)
+    return dataclasses.replace(
+        cell,
+        name=f"{cell.name}+{suffix}",
+        packages={**cell.packages, **dict(pins)},
+        origin=cell.origin or cell.name,
+    )
+
+
+def run_command(
+    matrix: Path, cell: Cell, repro: str, mode: str, pins: tuple[tuple[str, str], ...], cache_dir: Path | None
+) -> str:
+    """One command that reruns a single item alone."""
+    args = ["python", "-m", "harness", "run", "--matrix", str(matrix), "--cells", cell.origin or cell.name]
+    args += ["--repros", repro, "--modes", mode]
+    for name, spec in pins:
+        args += ["--pin", f"{name}{spec}"]
+    if cache_dir is not None:
+        args += ["--cache-dir", str(cache_dir)]
     return shlex.join(args)
+
+
+def repro_command(opts: RunOptions, item: PlannedItem) -> str:
+    cache = opts.cache_dir if opts.cache_dir_given else None
+    return run_command(opts.matrix.path, item.cell, item.repro_id, item.mode, opts.pins, cache)
 
 
 def _git_commit() -> str | None:
