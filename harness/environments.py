@@ -11,8 +11,8 @@ the same environment at once.
 DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built
 without build isolation against it; uv caches the built wheel, so the next
 environment with the same DeepSpeed and torch does not build it again. Each
-(python, torch, deepspeed) triple gets its own ``TORCH_EXTENSIONS_DIR`` under the
-cache so DeepSpeed's JIT ops are compiled once and never by another version.
+environment has its own ``TORCH_EXTENSIONS_DIR`` inside it, so DeepSpeed's JIT ops
+are compiled once per environment and never by another version.
 
 A passthrough cell uses the running interpreter as it is.
 """
@@ -128,11 +128,20 @@ def _installer_reason(stderr: str) -> str:
     return "\n".join((keep or lines)[-12:]) or "the installer failed without saying why"
 
 
-def extensions_dir_for(cache_dir: Path, python_version: str, packages: dict[str, str]) -> Path:
-    torch = packages.get("torch", "none")
-    deepspeed = packages.get("deepspeed", "none")
-    py = ".".join(python_version.split(".")[:2])
-    return cache_dir / "torch_extensions" / f"py{py}-torch-{torch}-deepspeed-{deepspeed}"
+def extensions_dir_for(env_dir: Path) -> Path:
+    """Where an environment's JIT-compiled ops live: inside the environment itself.
+
+    Not shared between environments, even with the same torch and deepspeed: the
+    compile flags name the environment's own torch headers, so two environments
+    sharing one directory make ninja rebuild the ops at every switch (measured: the
+    shm comm op, ~40 s, rebuilt whenever another environment had used the directory).
+    """
+    return env_dir / "torch_extensions"
+
+
+def passthrough_extensions_dir(cache_dir: Path, python: str) -> Path:
+    digest = hashlib.sha256(str(Path(python).resolve()).encode()).hexdigest()[:12]
+    return cache_dir / "torch_extensions" / f"passthrough-{digest}"
 
 
 class UvEnvironments:
@@ -274,7 +283,7 @@ class UvEnvironments:
             python_version=listing.python_version,
             packages=listing.packages,
             path=str(env_dir),
-            extensions_dir=str(extensions_dir_for(self.cache_dir, listing.python_version, listing.packages)),
+            extensions_dir=str(extensions_dir_for(env_dir)),
             reused=False,
             build_s=0.0,
         )
@@ -285,9 +294,7 @@ def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> En
     listing = list_distributions(python)
     if "torch" not in listing.packages:
         raise EnvironmentUnavailable(f"passthrough: the running interpreter {python} has no torch installed")
-    extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
-        extensions_dir_for(cache_dir, listing.python_version, listing.packages)
-    )
+    extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(passthrough_extensions_dir(cache_dir, python))
     return Environment(
         key="passthrough",
         python=python,

@@ -54,7 +54,7 @@ class FakeBuilds(UvEnvironments):
             python_version="3.11.7",
             packages={"torch": "2.13.0", "deepspeed": "0.19.2"},
             path=str(env_dir),
-            extensions_dir="/e",
+            extensions_dir=str(extensions_dir_for(env_dir)),
             reused=False,
             build_s=0.0,
         )
@@ -132,9 +132,10 @@ def test_keyboard_interrupt_during_a_build_is_cleaned_up(tmp_path: Path) -> None
     assert not interrupted.env_dir(interrupted.key(REQUEST)).exists()
 
 
-def test_each_torch_deepspeed_pair_gets_its_own_extensions_dir(tmp_path: Path) -> None:
-    a = extensions_dir_for(tmp_path, "3.11.7", {"torch": "2.13.0+cpu", "deepspeed": "0.19.2"})
-    b = extensions_dir_for(tmp_path, "3.11.7", {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"})
-    c = extensions_dir_for(tmp_path, "3.11.7", {"torch": "2.5.1", "deepspeed": "0.19.2"})
-    assert len({a, b, c}) == 3
-    assert a == extensions_dir_for(tmp_path, "3.11.9", {"torch": "2.13.0+cpu", "deepspeed": "0.19.2"})
+def test_each_environment_compiles_its_ops_in_a_directory_of_its_own(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    a = builds.get(REQUEST)
+    b = builds.get(dataclasses.replace(REQUEST, packages={**REQUEST.packages, "peft": "==0.21.2"}))
+    assert a.extensions_dir != b.extensions_dir
+    assert Path(a.extensions_dir).parent == Path(a.path)
+    assert builds.get(REQUEST).extensions_dir == a.extensions_dir  # reused with the environment

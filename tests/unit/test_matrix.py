@@ -169,3 +169,16 @@ def test_cli_refuses_unknown_repro_and_lane(tmp_path: Path) -> None:
         )
         assert proc.returncode == 2, proc.stderr
         assert needle in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_cli_refuses_a_malformed_pin(tmp_path: Path) -> None:
+    good = write(tmp_path, GOOD.replace("repro: F5", "repro: F1"))
+    for pin in ("deepspeed==0.19.5; rm -rf ~", "deepspeed", "git+https://example.invalid/x"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", "run", "--matrix", str(good), "--out", str(tmp_path / "o"), "--pin", pin],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        assert proc.returncode == 2, (pin, proc.stderr)
+        assert proc.stderr.startswith("error: --pin:") and proc.stderr.count("\n") == 1
