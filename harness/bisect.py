@@ -10,9 +10,11 @@ skipped. Environments come from the shared cache, so a rerun builds nothing new.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,10 +50,12 @@ class BisectOptions:
     discovery: Discovery
     repro: str
     mode: str
-    package: str
+    package: str | None
     good: str
     bad: str
     cache_dir: Path
+    by_date: bool = False
+    hold: tuple[str, ...] = ()
     cell: str | None = None
     out_dir: Path | None = None
     reports_dir: Path = Path("reports")
@@ -95,6 +99,8 @@ def _version(flag: str, text: str) -> Version:
 
 
 def bisect_points(opts: BisectOptions) -> list[Version]:
+    if not opts.package:
+        raise UserError("--package", "", "is required", "name the package to bisect, or pass --by-date")
     good, bad = _version("--good", opts.good), _version("--bad", opts.bad)
     if good == bad:
         raise UserError("--good/--bad", opts.good, "the endpoints are the same version", "give two different releases")
@@ -119,43 +125,136 @@ def bisect_points(opts: BisectOptions) -> list[Version]:
     return between(available, min(good, bad), max(good, bad), pre=opts.pre)
 
 
+class VersionAxis:
+    """Bisect over the released versions of one package."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def label(self, point: str) -> str:
+        return f"{self.package}=={point}"
+
+    def pins(self, point: str) -> tuple[tuple[str, str], ...]:
+        return ((self.package, f"=={point}"),)
+
+    def cell(self, base: Cell, point: str) -> Cell:
+        return pinned_cell(base, self.pins(point))
+
+    def identity(self, point: str) -> Hashable:
+        return point
+
+    def final(self, result: SearchResult[str]) -> str:
+        return final_line(self.package, result)
+
+
+class DateAxis:
+    """Bisect over days: the base cell's packages, unpinned (except those held),
+    resolved as of the end of each day (uv's --exclude-newer). Days that resolve to
+    the same versions are one observation."""
+
+    def __init__(self, base: Cell, builder: UvEnvironments, hold: tuple[str, ...]) -> None:
+        self.base = base
+        self.builder = builder
+        self.hold = hold
+        #: Each day resolved so far: package -> version.
+        self.resolutions: dict[str, dict[str, str]] = {}
+
+    @staticmethod
+    def cutoff(day: str) -> str:
+        return f"{dt.date.fromisoformat(day) + dt.timedelta(days=1)}T00:00:00Z"
+
+    def requirements(self) -> list[str]:
+        return [name + (self.base.packages[name] if name in self.hold else "") for name in sorted(self.base.packages)]
+
+    def resolution(self, day: str) -> dict[str, str]:
+        if day not in self.resolutions:
+            resolved = self.builder.resolve(self.requirements(), self.base.python, self.cutoff(day))
+            self.resolutions[day] = {name: resolved[name] for name in self.base.packages if name in resolved}
+        return self.resolutions[day]
+
+    def label(self, point: str) -> str:
+        return point
+
+    def pins(self, point: str) -> tuple[tuple[str, str], ...]:
+        return tuple((name, f"=={version}") for name, version in sorted(self.resolution(point).items()))
+
+    def cell(self, base: Cell, point: str) -> Cell:
+        return dataclasses.replace(
+            base,
+            name=f"{base.name}@{point}",
+            packages=dict(self.pins(point)),
+            exclude_newer=self.cutoff(point),
+            origin=base.origin or base.name,
+        )
+
+    def identity(self, point: str) -> Hashable:
+        try:
+            return tuple(sorted(self.resolution(point).items()))
+        except EnvironmentUnavailable:
+            return ("unresolvable", point)
+
+    def final(self, result: SearchResult[str]) -> str:
+        line = final_line("", result).replace(" ==", " ")
+        if result.status != FOUND or result.boundary is None:
+            return line
+        day = dt.date.fromisoformat(result.boundary)
+        before = self.resolution(str(day - dt.timedelta(days=1)))
+        after = self.resolution(str(day))
+        changed = [
+            f"{n} {before.get(n, '-')} -> {after.get(n, '-')}" for n in sorted(after) if before.get(n) != after[n]
+        ]
+        return f"{line} ({', '.join(changed) or 'no named package changed'})"
+
+
 class StepRunner:
-    """Builds (or reuses) the environment for one version and runs the item there."""
+    """Builds (or reuses) the environment for one point and runs the item there."""
 
     def __init__(
-        self, opts: BisectOptions, cell: Cell, out: Path, run_id: str, writer: ResultsWriter, console: Console
+        self,
+        opts: BisectOptions,
+        cell: Cell,
+        axis: VersionAxis | DateAxis,
+        builder: UvEnvironments,
+        out: Path,
+        run_id: str,
+        writer: ResultsWriter,
+        console: Console,
     ) -> None:
         self.opts = opts
         self.cell = cell
+        self.axis = axis
+        self.builder = builder
         self.out = out
         self.run_id = run_id
         self.writer = writer
         self.console = console
-        self.builder = UvEnvironments(opts.cache_dir, pip_index_config())
         self.repro = opts.discovery.repros[opts.repro]
+        self._by_identity: dict[Hashable, dict[str, Any]] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.steps: list[dict[str, Any]] = []
         self.environments_built = 0
 
-    def pins(self, version: str) -> tuple[tuple[str, str], ...]:
-        return ((self.opts.package, f"=={version}"),)
-
-    def record(self, version: str) -> dict[str, Any]:
-        if version in self.records:
-            return self.records[version]
-        cell = pinned_cell(self.cell, self.pins(version))
-        item = PlannedItem(
-            cell, self.opts.repro, self.repro.module, self.opts.mode, self.repro.spec.world_size or cell.world_size
-        )
+    def record(self, point: str) -> dict[str, Any]:
+        if point in self.records:
+            return self.records[point]
+        identity = self.axis.identity(point)
+        if identity in self._by_identity:
+            self.records[point] = {**self._by_identity[identity], "bisect_step_s": 0.0, "same_as_earlier": True}
+            return self.records[point]
         started = time.perf_counter()
         env: Environment | None = None
         reason = ""
         try:
+            cell = self.axis.cell(self.cell, point)
             env = environment_for(cell, self.builder, self.opts.cache_dir)
         except EnvironmentUnavailable as exc:
-            reason = exc.reason
+            cell, reason = dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}"), exc.reason
         if env is not None and not env.reused:
             self.environments_built += 1
+        pins = self.axis.pins(point) if env is not None else ()
+        item = PlannedItem(
+            cell, self.opts.repro, self.repro.module, self.opts.mode, self.repro.spec.world_size or cell.world_size
+        )
         record = observe_item(
             run_id=self.run_id,
             item=item,
@@ -164,24 +263,28 @@ class StepRunner:
             unavailable_reason=reason,
             out=self.out,
             repro_cmd=run_command(
-                self.opts.matrix.path, cell, self.opts.repro, self.opts.mode, self.pins(version), self.opts.cache_dir
+                self.opts.matrix.path, cell, self.opts.repro, self.opts.mode, pins, self.opts.cache_dir
             ),
         )
+        record["bisect_point"] = point
         record["bisect_step_s"] = round(time.perf_counter() - started, 3)
         self.writer.append(record)
-        self.records[version] = record
+        self.records[point] = self._by_identity[identity] = record
         return record
 
-    def report_step(self, version: str, state: State, role: str) -> None:
-        rec = self.records[version]
+    def report_step(self, point: str, state: State, role: str) -> None:
+        rec = self.records[point]
         env = rec.get("env") or {}
-        how = (
-            "no environment" if not env else ("reused" if env.get("reused") else f"built {env.get('build_s', 0):.0f}s")
-        )
+        if rec.get("same_as_earlier"):
+            how = "same resolution as an earlier step, not run again"
+        elif not env:
+            how = "no environment"
+        else:
+            how = "environment reused" if env.get("reused") else f"environment built {env.get('build_s', 0):.0f}s"
         step = {
             "n": len(self.steps) + 1,
             "role": role,
-            "version": version,
+            "point": point,
             "outcome": rec["outcome"],
             "signature": rec.get("signature"),
             "state": state,
@@ -193,8 +296,8 @@ class StepRunner:
         self.steps.append(step)
         sig = f" [{step['signature']}]" if step["signature"] else ""
         self.console.print(
-            f"step {step['n']} ({role}): {self.opts.package}=={version} → {rec['outcome']}{sig} = {state} "
-            f"({step['seconds']:.1f}s, environment {how})",
+            f"step {step['n']} ({role}): {self.axis.label(point)} → {rec['outcome']}{sig} = {state} "
+            f"({step['seconds']:.1f}s, {how})",
             highlight=False,
         )
 
@@ -215,6 +318,22 @@ def final_line(package: str, result: SearchResult[str]) -> str:
     return f"{word}: none, an endpoint could not be observed"
 
 
+def date_points(opts: BisectOptions) -> list[str]:
+    days = []
+    for flag, text in (("--good", opts.good), ("--bad", opts.bad)):
+        try:
+            days.append(dt.date.fromisoformat(text))
+        except ValueError:
+            raise UserError(flag, text, "is not a date", "write it like 2026-06-30") from None
+    good, bad = days
+    if good == bad:
+        raise UserError("--good/--bad", opts.good, "the endpoints are the same day", "give two different dates")
+    if max(good, bad) > dt.date.today():
+        raise UserError("--good/--bad", str(max(good, bad)), "is in the future", "give dates up to today")
+    low = min(good, bad)
+    return [str(low + dt.timedelta(days=i)) for i in range(abs((bad - good).days) + 1)]
+
+
 def execute_bisect(opts: BisectOptions, console: Console) -> int:
     if opts.repro not in opts.discovery.repros:
         raise UserError(
@@ -224,35 +343,51 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
     if opts.mode not in modes:
         raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")
     cell = base_cell(opts.matrix, opts.cell)
-    points = [str(v) for v in bisect_points(opts)]
+    builder = UvEnvironments(opts.cache_dir, pip_index_config())
+    axis: VersionAxis | DateAxis
+    if opts.by_date:
+        for name in opts.hold:
+            if name not in cell.packages:
+                raise UserError(
+                    "--hold", name, f"cell {cell.name} has no such package", f"use one of: {', '.join(cell.packages)}"
+                )
+        points = date_points(opts)
+        good, bad = opts.good, opts.bad
+        axis = DateAxis(cell, builder, opts.hold)
+        what = f"the days {points[0]} … {points[-1]} ({len(points)} days, holding {', '.join(opts.hold) or 'nothing'})"
+    else:
+        points = [str(v) for v in bisect_points(opts)]
+        good, bad = str(Version(opts.good)), str(Version(opts.bad))
+        axis = VersionAxis(str(opts.package))
+        what = f"{opts.package} {points[0]} … {points[-1]} ({len(points)} releases)"
     run_id = new_run_id()
     out = opts.out_dir or (opts.reports_dir / f"bisect-{run_id}")
-    out.mkdir(parents=True, exist_ok=True)
     if (out / RESULTS_FILE).exists():
         raise UserError(out, RESULTS_FILE, "already holds results", "choose a new --out directory")
-    good, bad = str(Version(opts.good)), str(Version(opts.bad))
+    out.mkdir(parents=True, exist_ok=True)
     console.print(
-        f"bisect {opts.repro}/{opts.mode} over {opts.package} {points[0]} … {points[-1]} "
-        f"({len(points)} releases) in cell {cell.name}; good {good}, bad {bad}",
-        highlight=False,
+        f"bisect {opts.repro}/{opts.mode} over {what} in cell {cell.name}; good {good}, bad {bad}", highlight=False
     )
     started = time.perf_counter()
     with ResultsWriter(out / RESULTS_FILE) as writer:
-        steps = StepRunner(opts, cell, out, run_id, writer, console)
+        steps = StepRunner(opts, cell, axis, builder, out, run_id, writer, console)
         # The bad endpoint first: its outcome and signature define "bad" for every step.
         bad_signature = signature_of(steps.record(bad))
 
-        def probe(version: str, role: str) -> State:
-            state = state_of(steps.record(version), bad_signature)
-            steps.report_step(version, state, role)
+        def probe(point: str, role: str) -> State:
+            state = state_of(steps.record(point), bad_signature)
+            steps.report_step(point, state, role)
             return state
 
         result = search(points, probe, verify=opts.verify)
+        final = axis.final(result)
     summary = {
         "run_id": run_id,
         "repro": opts.repro,
         "mode": opts.mode,
+        "axis": "date" if opts.by_date else "version",
         "package": opts.package,
+        "hold": list(opts.hold),
         "good": good,
         "bad": bad,
         "bad_signature": list(bad_signature),
@@ -266,11 +401,12 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
         "candidates": result.candidates,
         "skipped": result.skipped,
         "contradictions": [dataclasses.asdict(p) for p in result.contradictions],
+        "resolutions": axis.resolutions if isinstance(axis, DateAxis) else None,
         "steps": steps.steps,
         "environments_built": steps.environments_built,
         "wall_s": round(time.perf_counter() - started, 3),
         "host": host_info(),
-        "final": final_line(opts.package, result),
+        "final": final,
     }
     tmp = out / f"{BISECT_FILE}.tmp"
     tmp.write_text(json.dumps(summary, indent=1, default=str))
@@ -280,5 +416,5 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
         f"steps in {out / BISECT_FILE}",
         highlight=False,
     )
-    print(summary["final"], flush=True)
+    print(final, flush=True)
     return 0 if result.status == FOUND else 1

@@ -59,9 +59,21 @@ def _parser() -> argparse.ArgumentParser:
     bisect = sub.add_parser("bisect", help="find the release of a package that changed a repro's outcome")
     bisect.add_argument("--repro", required=True)
     bisect.add_argument("--mode", default="bug")
-    bisect.add_argument("--package", required=True)
-    bisect.add_argument("--good", required=True, help="a release where the repro shows the good outcome")
-    bisect.add_argument("--bad", required=True, help="a release where it shows the bad outcome")
+    bisect.add_argument("--package", help="the package whose releases to bisect")
+    bisect.add_argument("--good", required=True, help="a release (a date with --by-date) with the good outcome")
+    bisect.add_argument("--bad", required=True, help="a release (a date with --by-date) with the bad outcome")
+    bisect.add_argument(
+        "--by-date",
+        action="store_true",
+        help="bisect over days: resolve the base cell's packages, unpinned, as of each day",
+    )
+    bisect.add_argument(
+        "--hold",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="with --by-date: keep this package at the base cell's spec (repeatable; e.g. torch)",
+    )
     bisect.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
     bisect.add_argument("--cell", help="the base cell (default: the first cell of the default lane)")
     bisect.add_argument("--out", type=Path, help="output directory (default: reports/bisect-<run-id>)")
@@ -113,7 +125,9 @@ def _bisect(args: argparse.Namespace, console: Console) -> int:
         discovery=discovery,
         repro=args.repro,
         mode=args.mode,
-        package=canonicalize_name(args.package),
+        package=canonicalize_name(args.package) if args.package else None,
+        by_date=args.by_date,
+        hold=tuple(canonicalize_name(h) for h in args.hold),
         good=args.good,
         bad=args.bad,
         cache_dir=_cache_dir(args),

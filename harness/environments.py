@@ -254,6 +254,31 @@ class UvEnvironments:
         if out.returncode != 0:
             raise EnvironmentUnavailable(_installer_reason(out.stderr), log=out.stderr)
 
+    def resolve(self, requirements: list[str], python: str, exclude_newer: str | None) -> dict[str, str]:
+        """What ``requirements`` resolve to (package -> version) without installing
+        anything, as of ``exclude_newer`` when given."""
+        python_path, _ = self.find_python(python)
+        args = ["pip", "compile", "--no-header", "--no-annotate", "--python", python_path, *self.index.uv_args()]
+        if exclude_newer:
+            args += ["--exclude-newer", exclude_newer]
+        out = subprocess.run(
+            [self.uv, *args, "-"],
+            input="\n".join(requirements) + "\n",
+            capture_output=True,
+            text=True,
+            env=self._uv_env(),
+            timeout=UV_TIMEOUT_S,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise EnvironmentUnavailable(_installer_reason(out.stderr), log=out.stderr)
+        resolved: dict[str, str] = {}
+        for line in out.stdout.splitlines():
+            name, sep, version = line.strip().partition("==")
+            if sep and name and not name.startswith("#"):
+                resolved[name.strip().lower().replace("_", "-")] = version.strip()
+        return resolved
+
     def _install_args(self, python: str, request: EnvRequest) -> list[str]:
         args = ["pip", "install", "--python", python, *self.index.uv_args()]
         if request.exclude_newer:

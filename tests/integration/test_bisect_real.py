@@ -54,3 +54,16 @@ def test_bisect_names_the_first_deepspeed_release_with_the_f1_fix(tmp_path: Path
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(records) == len(steps["steps"])
     assert all("--pin deepspeed==" in r["repro_cmd"] for r in records)
+
+
+def test_by_date_resolves_the_stack_as_of_each_day(tmp_path: Path) -> None:
+    from packaging.version import Version
+
+    from harness.environments import UvEnvironments
+    from harness.package_index import pip_index_config
+
+    builder = UvEnvironments(tmp_path, pip_index_config())
+    then = builder.resolve(["deepspeed", "peft"], "3.11", "2026-06-01T00:00:00Z")
+    now = builder.resolve(["deepspeed", "peft"], "3.11", None)
+    assert Version(then["deepspeed"]) < Version(now["deepspeed"])
+    assert Version(then["peft"]) <= Version(now["peft"])

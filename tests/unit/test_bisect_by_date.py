@@ -1,0 +1,104 @@
+"""--by-date: days resolve to package sets; equal sets are one observation."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from harness import bisect as bisect_mod
+from harness.bisect import BisectOptions, DateAxis, execute_bisect
+from harness.environments import Environment
+from harness.matrix import load_matrix
+from harness.repro_registry import discover
+from harness.runner import REPO_ROOT
+from repros.common.spec import MODES
+
+FIRST_BAD_DAY = dt.date(2026, 3, 10)
+
+
+class FakeResolver:
+    """deepspeed moves from 0.19.1 to 0.19.2 on FIRST_BAD_DAY; peft moves earlier."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def resolve(self, requirements: list[str], python: str, exclude_newer: str | None) -> dict[str, str]:
+        self.calls.append(exclude_newer or "")
+        day = dt.date.fromisoformat(exclude_newer[:10]) - dt.timedelta(days=1)
+        assert "torch==2.13.0" in requirements and "deepspeed" in requirements  # torch held, the rest unpinned
+        return {
+            "torch": "2.13.0",
+            "deepspeed": "0.19.2" if day >= FIRST_BAD_DAY else "0.19.1",
+            "peft": "0.21.0" if day >= dt.date(2026, 2, 1) else "0.20.0",
+            "transformers": "5.23.0",
+            "accelerate": "1.15.0",
+            "bitsandbytes": "0.50.2",
+        }
+
+
+def test_date_axis_pins_the_resolution_and_names_what_changed() -> None:
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=("F1",), known_modes=MODES)
+    axis = DateAxis(matrix.cells["current"], FakeResolver(), hold=("torch",))  # type: ignore[arg-type]
+    cell = axis.cell(matrix.cells["current"], "2026-03-10")
+    assert cell.packages["deepspeed"] == "==0.19.2" and cell.exclude_newer == "2026-03-11T00:00:00Z"
+    assert cell.origin == "current"
+    assert axis.identity("2026-02-02") == axis.identity("2026-03-09") != axis.identity("2026-03-10")
+
+
+def test_by_date_bisect_names_the_day_and_the_changed_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    resolver = FakeResolver()
+    runs: list[dict[str, str]] = []
+    monkeypatch.setattr(bisect_mod, "UvEnvironments", lambda cache, index: resolver)
+    monkeypatch.setattr(bisect_mod, "pip_index_config", lambda: None)
+
+    def fake_env(cell: Any, builder: Any, cache_dir: Path) -> Environment:
+        return Environment(
+            key=cell.name,
+            python="py",
+            python_version="3.11.7",
+            packages={k: v.lstrip("=") for k, v in cell.packages.items()},
+            path="/e",
+            extensions_dir="/x",
+            reused=False,
+            build_s=1.0,
+        )
+
+    def fake_observe(*, env: Environment, item: Any, **_: Any) -> dict[str, Any]:
+        runs.append(env.packages)
+        reproduced = env.packages["deepspeed"] == "0.19.2"
+        return {
+            "outcome": "REPRODUCED" if reproduced else "NOT_REPRODUCED",
+            "signature": "F1.recompute-shape-0" if reproduced else None,
+            "env": {"reused": False, "build_s": 1},
+        }
+
+    monkeypatch.setattr(bisect_mod, "environment_for", fake_env)
+    monkeypatch.setattr(bisect_mod, "observe_item", fake_observe)
+    discovery = discover()
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discovery.repros.keys(), known_modes=MODES)
+    opts = BisectOptions(
+        matrix=matrix,
+        discovery=discovery,
+        repro="F1",
+        mode="bug",
+        package=None,
+        good="2026-01-01",
+        bad="2026-04-30",
+        cache_dir=tmp_path,
+        by_date=True,
+        hold=("torch",),
+        out_dir=tmp_path / "out",
+    )
+    code = execute_bisect(opts, Console(file=open(tmp_path / "console.txt", "w")))
+    final = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 0
+    assert final == "first bad: 2026-03-10 (deepspeed 0.19.1 -> 0.19.2)"
+    # 120 days, but only as many runs as distinct resolutions probed (at most 3 here).
+    assert len(runs) <= 3
+    assert len({tuple(sorted(r.items())) for r in runs}) == len(runs)
