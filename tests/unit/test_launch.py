@@ -1,0 +1,113 @@
+"""launch_item with real processes: a stand-in torchrun (no torch needed) whose ranks
+hang or finish, to prove the timeout kills the whole process group and nothing the
+item started outlives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.environments import Environment
+from harness.launch import launch_item
+from harness.outcome import classify
+from harness.runner import REPO_ROOT
+from repros.f1_zero3_frozen_ckpt import SPEC as F1
+
+FAKE_TORCHRUN = """
+import argparse, os, subprocess, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--standalone", action="store_true")
+parser.add_argument("--nnodes")
+parser.add_argument("--nproc_per_node", type=int)
+parser.add_argument("--max_restarts")
+parser.add_argument("-m", dest="module")
+args, rest = parser.parse_known_args()
+item_dir = rest[rest.index("--item-dir") + 1]
+ranks = [
+    subprocess.Popen([sys.executable, os.environ["FAKE_RANK"], item_dir], env=dict(os.environ, RANK=str(r)))
+    for r in range(args.nproc_per_node)
+]
+sys.exit(max(abs(p.wait()) for p in ranks))
+"""
+
+FAKE_RANK = """
+import json, os, subprocess, sys, time
+from pathlib import Path
+from repros.common.record import write_rank_record
+item_dir, rank = Path(sys.argv[1]), int(os.environ["RANK"])
+record = {"rank": rank, "pid": os.getpid(), "status": "running", "phase": "run"}
+if os.environ["FAKE_BEHAVIOUR"] == "hang":
+    # A grandchild too, as a data loader worker would be: it must not survive either.
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    record["worker_pid"] = worker.pid
+    write_rank_record(item_dir, rank, record)
+    time.sleep(600)
+write_rank_record(item_dir, rank, {**record, "status": "ok", "train": {}})
+"""
+
+
+@pytest.fixture()
+def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
+    package = tmp_path / "fake" / "torch" / "distributed"
+    package.mkdir(parents=True)
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "run.py").write_text(textwrap.dedent(FAKE_TORCHRUN))
+    rank = tmp_path / "fake_rank.py"
+    rank.write_text(textwrap.dedent(FAKE_RANK))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    monkeypatch.setenv("FAKE_RANK", str(rank))
+    return Environment(
+        key="fake",
+        python=sys.executable,
+        python_version="3.11",
+        packages={},
+        path=None,
+        extensions_dir=str(tmp_path / "ext"),
+        reused=True,
+        build_s=0.0,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes (its parent has not reaped it yet).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_timeout_kills_every_rank_and_their_children(
+    fake_env: Environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "hang")
+    started = time.perf_counter()
+    result = launch_item(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 2, tmp_path / "item", 4.0, REPO_ROOT)
+    assert result.timed_out and time.perf_counter() - started < 20
+    pids = []
+    for rank in (0, 1):
+        record = json.loads((tmp_path / "item" / f"rank{rank}.json").read_text())
+        pids += [record["pid"], record["worker_pid"]]
+    time.sleep(0.5)
+    assert [pid for pid in pids if alive(pid)] == []
+    assert classify("bug", F1, result).outcome == "HANG"
+
+
+def test_a_clean_launch_collects_every_rank_record(
+    fake_env: Environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
+    result = launch_item(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 3, tmp_path / "item", 60.0, REPO_ROOT)
+    assert not result.timed_out and result.returncode == 0
+    assert sorted(result.records) == [0, 1, 2] and all(r["status"] == "ok" for r in result.records.values())
+    assert classify("bug", F1, result).outcome == "NOT_REPRODUCED"
