@@ -8,6 +8,7 @@ and the fix; nothing is run).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--repros", type=_csv, default=(), help="comma-separated repro ids, e.g. F1,F5")
     run.add_argument("--modes", type=_csv, default=MODES, help=f"comma-separated modes (default: {','.join(MODES)})")
     run.add_argument("--out", type=Path, help="output directory (default: reports/<run-id>)")
+    run.add_argument(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="finish an interrupted run: plan it as it was and run only the items DIR has no record of",
+    )
     run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
     run.add_argument("--cache-dir", type=Path, help=f"environment cache (default: {default_cache_dir()})")
     run.add_argument(
@@ -93,11 +100,23 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", help="list the repros and the matrix's cells and lanes")
     listing.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
+    for command in (run, bisect, listing):
+        command.add_argument(
+            "--repros-dir",
+            type=Path,
+            action="append",
+            default=[],
+            metavar="DIR",
+            help="also load the repro files (*.py) in DIR (repeatable; also $FT_REGRESS_REPROS)",
+        )
     return parser
 
 
-def _load(path: Path) -> tuple[Matrix, Discovery]:
-    discovery = discover()
+def _load(path: Path, repros_dirs: Sequence[Path] = ()) -> tuple[Matrix, Discovery]:
+    for directory in repros_dirs:
+        if not directory.is_dir():
+            raise UserError(directory, "--repros-dir", "is not a directory", "pass a directory of repro .py files")
+    discovery = discover(repros_dirs)
     return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
 
 
@@ -119,7 +138,7 @@ def _cache_dir(args: argparse.Namespace) -> Path:
 
 
 def _bisect(args: argparse.Namespace, console: Console) -> int:
-    matrix, discovery = _load(args.matrix)
+    matrix, discovery = _load(args.matrix, args.repros_dir)
     opts = BisectOptions(
         matrix=matrix,
         discovery=discovery,
@@ -140,8 +159,49 @@ def _bisect(args: argparse.Namespace, console: Console) -> int:
     return execute_bisect(opts, console)
 
 
+def _resume(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
+    run_json = args.resume / "run.json"
+    if not run_json.exists():
+        raise UserError(args.resume, "run.json", "is not a run directory", "pass the directory of an earlier run")
+    chosen = [
+        flag
+        for flag, value in (
+            ("--lane", args.lane),
+            ("--cells", args.cells),
+            ("--repros", args.repros),
+            ("--out", args.out),
+            ("--pin", args.pin),
+        )
+        if value
+    ]
+    if chosen:
+        raise UserError("--resume", chosen[0], "cannot be combined with --resume", "the run's own selection is reused")
+    stored = json.loads(run_json.read_text()).get("options")
+    if not stored:
+        raise UserError(run_json, "options", "records no options to resume with", "start a new run instead")
+    repros_dirs = [Path(d) for d in stored["repros_dirs"]]
+    matrix, discovery = _load(Path(stored["matrix"]), repros_dirs)
+    cache = Path(stored["cache_dir"]) if stored["cache_dir"] else None
+    opts = RunOptions(
+        matrix=matrix,
+        discovery=discovery,
+        lane=stored["lane"],
+        cells=tuple(stored["cells"]),
+        repros=tuple(stored["repros"]),
+        modes=tuple(stored["modes"]),
+        out_dir=args.resume,
+        cache_dir=(cache or default_cache_dir()).resolve(),
+        cache_dir_given=cache is not None,
+        pins=tuple((name, spec) for name, spec in stored["pins"]),
+        repros_dirs=tuple(repros_dirs),
+    )
+    return execute(opts, console, argv, resume=args.resume)
+
+
 def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
-    matrix, discovery = _load(args.matrix)
+    if args.resume:
+        return _resume(args, console, argv)
+    matrix, discovery = _load(args.matrix, args.repros_dir)
     opts = RunOptions(
         matrix=matrix,
         discovery=discovery,
@@ -154,6 +214,7 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
         cache_dir=_cache_dir(args),
         cache_dir_given=args.cache_dir is not None,
         pins=_pins(args.pin),
+        repros_dirs=tuple(d.resolve() for d in args.repros_dir),
     )
     return execute(opts, console, argv)
 
@@ -170,7 +231,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
-    matrix, discovery = _load(args.matrix)
+    matrix, discovery = _load(args.matrix, args.repros_dir)
     for repro in discovery.repros.values():
         console.print(
             f"[bold]{repro.id}[/bold] {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})",

@@ -127,8 +127,10 @@ def env_summary(env: Environment | None) -> dict[str, Any] | None:
     }
 
 
-def unresolvable_record(
+def unobserved_record(
     *,
+    outcome: str,
+    error_type: str,
     run_id: str,
     item: ItemId,
     reason: str,
@@ -143,10 +145,10 @@ def unresolvable_record(
         "cell": item.cell,
         "repro": item.repro,
         "mode": item.mode,
-        "outcome": "UNRESOLVABLE",
+        "outcome": outcome,
         "signature": None,
-        # Without an environment there are no versions to look an expectation up by.
-        **_expectation_fields(None, "UNRESOLVABLE"),
+        # Nothing ran, so there are no versions to look an expectation up by.
+        **_expectation_fields(None, outcome),
         "versions": tracked_versions(None),
         "world_size": world_size,
         "device": None,
@@ -155,7 +157,7 @@ def unresolvable_record(
         "peak_mem_kind": None,
         "step_time_s": None,
         "wall_s": 0.0,
-        "error": {"type": "EnvironmentUnavailable", "message": reason.splitlines()[0] if reason else "", "rank": None},
+        "error": {"type": error_type, "message": reason.splitlines()[0] if reason else "", "rank": None},
         "reasons": [reason],
         "guards": [],
         "env": None,

@@ -14,6 +14,7 @@ import os
 import platform
 import secrets
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -39,8 +40,8 @@ from harness.launch import launch_item
 from harness.matrix import Cell, Matrix
 from harness.outcome import classify
 from harness.package_index import pip_index_config
-from harness.repro_registry import Discovery, Repro
-from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, unresolvable_record
+from harness.repro_registry import BrokenRepro, Discovery, Repro
+from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, read_results, unobserved_record
 from harness.summary import print_summary
 from repros.common.spec import MODES
 
@@ -62,6 +63,7 @@ class RunOptions:
     cache_dir_given: bool = False
     #: Packages pinned over every selected cell's own spec (``--pin deepspeed==0.19.5``).
     pins: tuple[tuple[str, str], ...] = ()
+    repros_dirs: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class PlannedItem:
 class Plan:
     items: list[PlannedItem] = field(default_factory=list)
     excluded: list[dict[str, Any]] = field(default_factory=list)
+    #: Repro files that could not be loaded, with each cell they would have run in.
+    broken: list[tuple[Cell, BrokenRepro]] = field(default_factory=list)
 
 
 def _now() -> str:
@@ -94,7 +98,7 @@ def new_run_id() -> str:
 def plan_items(opts: RunOptions) -> Plan:
     matrix, known = opts.matrix, opts.discovery.repros
     for wanted in opts.repros:
-        if wanted not in known:
+        if wanted not in known and wanted not in opts.discovery.broken:
             raise UserError("--repros", wanted, "unknown repro", f"use one of: {', '.join(sorted(known))}")
     for mode in opts.modes:
         if mode not in MODES:
@@ -115,6 +119,9 @@ def plan_items(opts: RunOptions) -> Plan:
         cells = [pinned_cell(c, opts.pins) for c in cells if not c.passthrough]
     plan = Plan()
     for cell in cells:
+        for stem, broken in sorted(opts.discovery.broken.items()):
+            if not opts.repros or stem in opts.repros:
+                plan.broken.append((cell, broken))
         for repro_id, repro in sorted(known.items()):
             if opts.repros and repro_id not in opts.repros:
                 continue
@@ -212,7 +219,9 @@ def observe_item(
     """Launch one item in ``env`` and return its result record (UNRESOLVABLE without an env)."""
     started = _now()
     if env is None:
-        return unresolvable_record(
+        return unobserved_record(
+            outcome="UNRESOLVABLE",
+            error_type="EnvironmentUnavailable",
             run_id=run_id,
             item=item.id,
             reason=unavailable_reason,
@@ -247,99 +256,189 @@ def host_info() -> dict[str, Any]:
     }
 
 
-def execute(opts: RunOptions, console: Console, argv: Sequence[str] = ()) -> int:
-    """Run the planned items; return the exit status (0 all matched, 1 otherwise)."""
+class RunInterrupted(Exception):
+    """SIGTERM arrived: stop like on Ctrl-C, keeping what finished."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise RunInterrupted(signal.Signals(signum).name)
+
+
+def _options_record(opts: RunOptions) -> dict[str, Any]:
+    """What ``run --resume`` needs to plan the same items again."""
+    return {
+        "matrix": str(opts.matrix.path),
+        "lane": opts.lane,
+        "cells": list(opts.cells),
+        "repros": list(opts.repros),
+        "modes": list(opts.modes),
+        "pins": [list(p) for p in opts.pins],
+        "repros_dirs": [str(d) for d in opts.repros_dirs],
+        "cache_dir": str(opts.cache_dir) if opts.cache_dir_given else None,
+    }
+
+
+def _cell_meta(cell: Cell, env: Environment | None, reason: str) -> dict[str, Any]:
+    if env is None:
+        return {"unavailable": reason, "requested": cell.packages}
+    return {
+        "key": env.key,
+        "reused": env.reused,
+        "build_s": env.build_s,
+        "python": env.python_version,
+        "requested": cell.packages,
+        "packages": env.packages,
+        "extensions_dir": env.extensions_dir,
+    }
+
+
+def _how(env: Environment) -> str:
+    if env.passthrough:
+        return "passthrough"
+    return "reused" if env.reused else f"built in {env.build_s:.1f}s"
+
+
+def _broken_record(run_id: str, cell: Cell, broken: BrokenRepro) -> dict[str, Any]:
+    now = _now()
+    return unobserved_record(
+        outcome="INFRA",
+        error_type="ReproUnloadable",
+        run_id=run_id,
+        item=ItemId(cell.name, broken.id, "bug"),
+        reason=f"{broken.module}: {broken.reason}",
+        world_size=cell.world_size,
+        repro_cmd=shlex.join(["python", "-c", f"import runpy; runpy.run_path({broken.module!r})"]),
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume: Path | None = None) -> int:
+    """Run the planned items; return the exit status (0 all matched, 1 otherwise,
+    130 when interrupted). With ``resume``, run only what that run directory lacks."""
     plan = plan_items(opts)
-    run_id = new_run_id()
-    out = prepare_out_dir(opts, run_id)
     cache_dir = opts.cache_dir
     assert cache_dir is not None
     builder = UvEnvironments(cache_dir, pip_index_config())
-    meta: dict[str, Any] = {
-        "run_id": run_id,
-        "started_at": _now(),
-        "argv": list(argv),
-        "harness_version": __version__,
-        "git_commit": _git_commit(),
-        "matrix": {"path": str(opts.matrix.path), "sha256": opts.matrix.sha256},
-        "lane": opts.lane or opts.matrix.default_lane,
-        "host": host_info(),
-        "cache_dir": str(cache_dir),
-        "index": builder.index.key_material(),
-        "planned": [i.id.label() for i in plan.items],
-        "excluded": plan.excluded,
-        "broken_repros": opts.discovery.broken,
-        "cells": {},
-    }
-    _write_run_json(out, meta)
-    for module, why in opts.discovery.broken.items():
-        console.print(f"[yellow]skipped repro module {module}: {why}[/yellow]", highlight=False)
-    console.print(f"run {run_id}: {len(plan.items)} items → {out}", highlight=False)
-
     records: list[dict[str, Any]] = []
+    if resume is not None:
+        out = resume
+        meta = json.loads((out / "run.json").read_text())
+        run_id = meta["run_id"]
+        records = read_results(out / RESULTS_FILE) if (out / RESULTS_FILE).exists() else []
+        meta.setdefault("resumed_at", []).append(_now())
+    else:
+        run_id = new_run_id()
+        out = prepare_out_dir(opts, run_id)
+        meta = {
+            "run_id": run_id,
+            "started_at": _now(),
+            "argv": list(argv),
+            "options": _options_record(opts),
+            "harness_version": __version__,
+            "git_commit": _git_commit(),
+            "matrix": {"path": str(opts.matrix.path), "sha256": opts.matrix.sha256},
+            "lane": opts.lane or opts.matrix.default_lane,
+            "host": host_info(),
+            "cache_dir": str(cache_dir),
+            "index": builder.index.key_material(),
+            "planned": [i.id.label() for i in plan.items],
+            "excluded": plan.excluded,
+            "broken_repros": {k: v.reason for k, v in opts.discovery.broken.items()},
+            "cells": {},
+        }
+    done = {(r["cell"], r["repro"], r["mode"]) for r in records}
+    todo = [i for i in plan.items if (i.cell.name, i.repro_id, i.mode) not in done]
+    broken_todo = [(c, b) for c, b in plan.broken if (c.name, b.id, "bug") not in done]
+    meta.pop("interrupted", None)
+    _write_run_json(out, meta)
+    for stem, broken in opts.discovery.broken.items():
+        console.print(f"repro {stem} ({broken.module}) is broken: {broken.reason}", highlight=False, markup=False)
+    verb = f"resuming {run_id}: {len(done)} items already done, " if resume else f"run {run_id}: "
+    console.print(f"{verb}{len(todo)} items → {out}", highlight=False)
+
     by_cell: dict[str, list[PlannedItem]] = {}
-    for item in plan.items:
+    for item in todo:
         by_cell.setdefault(item.cell.name, []).append(item)
 
-    with (
-        ResultsWriter(out / RESULTS_FILE) as writer,
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
-    ):
-        task = progress.add_task("items", total=len(plan.items))
-        for cell_name, items in by_cell.items():
-            cell = items[0].cell
-            progress.update(task, description=f"{cell_name}: environment")
-            env: Environment | None = None
-            reason = ""
-            try:
-                env = environment_for(cell, builder, cache_dir)
-                how = "passthrough" if env.passthrough else ("reused" if env.reused else f"built in {env.build_s:.1f}s")
-                console.print(f"{cell_name}: environment {env.key} {how}", highlight=False)
-                meta["cells"][cell_name] = {
-                    "key": env.key,
-                    "reused": env.reused,
-                    "build_s": env.build_s,
-                    "python": env.python_version,
-                    "requested": cell.packages,
-                    "packages": env.packages,
-                    "extensions_dir": env.extensions_dir,
-                }
-            except EnvironmentUnavailable as exc:
-                reason = exc.reason
-                console.print(f"[red]{cell_name}: environment unavailable[/red]\n{reason}", highlight=False)
-                meta["cells"][cell_name] = {"unavailable": reason, "requested": cell.packages}
-            _write_run_json(out, meta)
-
-            for item in items:
-                progress.update(task, description=f"{item.id.label()}")
-                record = observe_item(
-                    run_id=run_id,
-                    item=item,
-                    repro=opts.discovery.repros[item.repro_id],
-                    env=env,
-                    unavailable_reason=reason,
-                    out=out,
-                    repro_cmd=repro_command(opts, item),
-                )
+    interrupted: str | None = None
+    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with (
+            ResultsWriter(out / RESULTS_FILE) as writer,
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            ) as progress,
+        ):
+            task = progress.add_task("items", total=len(todo))
+            for cell, broken in broken_todo:
+                record = _broken_record(run_id, cell, broken)
                 writer.append(record)
                 records.append(record)
-                progress.advance(task)
-                mark = "✓" if record["matched"] else "✗"
-                console.print(
-                    f"{mark} {item.id.label()}: {record['outcome']} (expected {record['expected']}) "
-                    f"{record['wall_s']:.1f}s",
-                    highlight=False,
-                )
+                console.print(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})", highlight=False, markup=False)
+            for cell_name, items in by_cell.items():
+                cell = items[0].cell
+                progress.update(task, description=f"{cell_name}: environment")
+                env: Environment | None = None
+                reason = ""
+                try:
+                    env = environment_for(cell, builder, cache_dir)
+                    how = (
+                        "passthrough"
+                        if env.passthrough
+                        else ("reused" if env.reused else f"built in {env.build_s:.1f}s")
+                    )
+                    console.print(f"{cell_name}: environment {env.key} {how}", highlight=False)
+                except EnvironmentUnavailable as exc:
+                    reason = exc.reason
+                    console.print(f"{cell_name}: environment unavailable\n{reason}", highlight=False, markup=False)
+                meta["cells"][cell_name] = _cell_meta(cell, env, reason)
+                _write_run_json(out, meta)
+
+                for item in items:
+                    progress.update(task, description=f"{item.id.label()}")
+                    record = observe_item(
+                        run_id=run_id,
+                        item=item,
+                        repro=opts.discovery.repros[item.repro_id],
+                        env=env,
+                        unavailable_reason=reason,
+                        out=out,
+                        repro_cmd=repro_command(opts, item),
+                    )
+                    writer.append(record)
+                    records.append(record)
+                    progress.advance(task)
+                    mark = "✓" if record["matched"] else "✗"
+                    console.print(
+                        f"{mark} {item.id.label()}: {record['outcome']} (expected {record['expected']}) "
+                        f"{record['wall_s']:.1f}s",
+                        highlight=False,
+                    )
+    except KeyboardInterrupt:
+        interrupted = "SIGINT"
+    except RunInterrupted as exc:
+        interrupted = str(exc)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
 
     meta["finished_at"] = _now()
+    if interrupted:
+        meta["interrupted"] = interrupted
     _write_run_json(out, meta)
     print_summary(console, records, plan.excluded)
     console.print(f"results: {out / RESULTS_FILE}", highlight=False)
+    if interrupted:
+        left = len(plan.items) + len(plan.broken) - len(records)
+        console.print(
+            f"interrupted by {interrupted}: {left} items not run; resume with: "
+            f"{shlex.join(['python', '-m', 'harness', 'run', '--resume', str(out)])}",
+            highlight=False,
+        )
+        return 130
     return 0 if records and all(r["matched"] for r in records) else 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import faulthandler
-import importlib
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repros.common.context import RankContext, StepClock, installed_versions
+from repros.common.loading import load_repro_module
 from repros.common.record import ScenarioUnavailable, rank_log_path, write_rank_record
 
 #: How long a collective may block before the process group gives up on its own.
@@ -75,7 +75,7 @@ def _setup_device(local_rank: int, world_size: int) -> tuple[Any, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--module", required=True, help="the repro module, e.g. repros.f1_zero3_frozen_ckpt")
+    parser.add_argument("--module", required=True, help="the repro module (dotted name) or its file (.py)")
     parser.add_argument("--mode", required=True)
     parser.add_argument("--item-dir", required=True, type=Path)
     args = parser.parse_args(argv)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             record["device_name"] = torch.cuda.get_device_name(device)
         record["phase"] = "import"
         write_rank_record(item_dir, rank, record)
-        module = importlib.import_module(args.module)
+        module = load_repro_module(args.module)
         spec = module.SPEC
         ctx = RankContext(
             rank=rank,
