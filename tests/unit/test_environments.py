@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +143,31 @@ def test_each_environment_compiles_its_ops_in_a_directory_of_its_own(tmp_path: P
     assert a.extensions_dir != b.extensions_dir
     assert Path(a.extensions_dir).parent == Path(a.path)
     assert builds.get(REQUEST).extensions_dir == a.extensions_dir  # reused with the environment
+
+
+class SlowCountingBuilds(FakeBuilds):
+    """A build that takes a while and counts itself in a file shared across processes."""
+
+    def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
+        with open(self.cache_dir / "builds.log", "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        time.sleep(1.0)
+        return super()._build(request, key, env_dir)
+
+
+def _get_in_child(cache: str, result: Any) -> None:
+    result.put(SlowCountingBuilds(Path(cache)).get(REQUEST).python)
+
+
+def test_two_runs_sharing_a_cache_build_an_environment_once(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    children = [context.Process(target=_get_in_child, args=(str(tmp_path), results)) for _ in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=60)
+        assert child.exitcode == 0
+    pythons = {results.get(timeout=5), results.get(timeout=5)}
+    assert len(pythons) == 1
+    assert (tmp_path / "builds.log").read_text().count("\n") == 1
