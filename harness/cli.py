@@ -237,6 +237,8 @@ def _list(args: argparse.Namespace, console: Console) -> int:
             f"[bold]{repro.id}[/bold] {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})",
             highlight=False,
         )
+    for stem, broken in discovery.broken.items():
+        console.print(f"broken: {stem} ({broken.module}): {broken.reason}", highlight=False, markup=False)
     for lane, description in matrix.lanes.items():
         cells = ", ".join(c.name for c in matrix.cells.values() if lane in c.lanes)
         console.print(f"lane [bold]{lane}[/bold]{': ' + description if description else ''} — {cells}", highlight=False)
@@ -249,7 +251,9 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    console = Console()
+    # In a CI log (not a terminal) rich would wrap at 80 columns: give tables room and
+    # never break a printed line, so messages and commands stay whole and greppable.
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     try:
         if args.command == "run":
             return _run(args, console, argv)

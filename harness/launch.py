@@ -3,9 +3,10 @@
 torchrun runs in a new session (its own process group) with ``--standalone``, which
 binds its rendezvous to a free port chosen by the OS, so concurrent items never
 collide on a port. When the item's time is up, each rank is asked for its Python
-stacks (SIGUSR1, answered by faulthandler into its log), then the whole process group
-is terminated and killed. After every launch the group is killed again so nothing
-the item started outlives it.
+stacks (SIGUSR1, answered by faulthandler into its log), then torchrun's process group
+is terminated (torchrun stops its ranks) and killed. torchrun puts each rank in a
+session of its own, so after every launch, however it ended, every process that
+carries the item's token variable is killed too: nothing the item started outlives it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.environments import Environment
+from harness.process_sweep import TOKEN_VARIABLE, sweep
 from repros.common.record import rank_log_path, rank_record_path
 
 TAIL_BYTES = 4000
@@ -40,6 +43,8 @@ class LaunchResult:
     rank_exitcodes: dict[int, int] = field(default_factory=dict)
     rank_tails: dict[int, str] = field(default_factory=dict)
     launcher_tail: str = ""
+    #: Processes of the item still alive after torchrun ended, killed by the sweep.
+    leftovers_killed: list[int] = field(default_factory=list)
 
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
@@ -55,7 +60,7 @@ def tail(path: Path, limit: int = TAIL_BYTES) -> str:
     return text if size <= limit else "…" + text
 
 
-def rank_environment(env: Environment, world_size: int, repo_root: Path) -> dict[str, str]:
+def rank_environment(env: Environment, world_size: int, repo_root: Path, token: str = "") -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME"}}
     pythonpath = [str(repo_root)] + ([base["PYTHONPATH"]] if base.get("PYTHONPATH") else [])
     base.update(
@@ -70,6 +75,8 @@ def rank_environment(env: Environment, world_size: int, repo_root: Path) -> dict
         TRANSFORMERS_OFFLINE="1",
         HF_HUB_DISABLE_TELEMETRY="1",
     )
+    if token:
+        base[TOKEN_VARIABLE] = token
     return base
 
 
@@ -133,13 +140,14 @@ def launch_item(
     item_dir.mkdir(parents=True, exist_ok=True)
     command = torchrun_command(env.python, module, mode, world_size, item_dir)
     launcher_log = item_dir / "launcher.log"
+    token = secrets.token_hex(8)
     started = time.perf_counter()
     timed_out = False
     with open(launcher_log, "wb") as log:
         proc = subprocess.Popen(
             command,
             cwd=repo_root,
-            env=rank_environment(env, world_size, repo_root),
+            env=rank_environment(env, world_size, repo_root, token),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -160,6 +168,8 @@ def launch_item(
         finally:
             _signal_group(pgid, signal.SIGKILL)
             proc.wait()
+            # The ranks live in sessions of their own: sweep whatever carries the token.
+            leftovers = sweep(token)
     wall_s = time.perf_counter() - started
     launcher_tail = tail(launcher_log, 3 * TAIL_BYTES)
     exitcodes = {int(m["rank"]): int(m["code"]) for m in _FAILURE_ENTRY.finditer(launcher_tail)}
@@ -173,4 +183,5 @@ def launch_item(
         rank_exitcodes=exitcodes,
         rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
         launcher_tail=tail(launcher_log),
+        leftovers_killed=leftovers,
     )

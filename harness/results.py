@@ -104,6 +104,7 @@ def item_record(
             for rank, rec in sorted(launch.records.items())
         ],
         "launcher_tail": launch.launcher_tail,
+        "leftovers_killed": launch.leftovers_killed,
         "env": env_summary(env),
         "repro_cmd": repro_cmd,
         "launch_cmd": launch.command,

@@ -122,9 +122,10 @@ def plan_items(opts: RunOptions) -> Plan:
         for stem, broken in sorted(opts.discovery.broken.items()):
             if not opts.repros or stem in opts.repros:
                 plan.broken.append((cell, broken))
-        for repro_id, repro in sorted(known.items()):
-            if opts.repros and repro_id not in opts.repros:
-                continue
+        # The order asked for with --repros, else by id.
+        order = [r for r in opts.repros if r in known] if opts.repros else sorted(known)
+        for repro_id in order:
+            repro = known[repro_id]
             if cell.repros is not None and repro_id not in cell.repros:
                 continue
             for mode in repro.spec.modes:
@@ -292,6 +293,22 @@ def _cell_meta(cell: Cell, env: Environment | None, reason: str) -> dict[str, An
     }
 
 
+def progress_line(record: dict[str, Any]) -> str:
+    """One line per finished item: outcome against expectation, time, and the error."""
+    mark = "✓" if record["matched"] else "✗"
+    line = (
+        f"{mark} {record['cell']}/{record['repro']}/{record['mode']}: {record['outcome']} "
+        f"(expected {record['expected']}) {record['wall_s']:.1f}s"
+    )
+    error = record.get("error")
+    if error:
+        message = error.get("message") or ""
+        line += f" - {error.get('type')}: {message[:160]}{'…' if len(message) > 160 else ''}"
+    elif record.get("reasons"):
+        line += f" - {record['reasons'][0].splitlines()[0][:160]}"
+    return line
+
+
 def _how(env: Environment) -> str:
     if env.passthrough:
         return "passthrough"
@@ -414,12 +431,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
                     writer.append(record)
                     records.append(record)
                     progress.advance(task)
-                    mark = "✓" if record["matched"] else "✗"
-                    console.print(
-                        f"{mark} {item.id.label()}: {record['outcome']} (expected {record['expected']}) "
-                        f"{record['wall_s']:.1f}s",
-                        highlight=False,
-                    )
+                    console.print(progress_line(record), highlight=False, markup=False)
     except KeyboardInterrupt:
         interrupted = "SIGINT"
     except RunInterrupted as exc:

@@ -30,7 +30,9 @@ parser.add_argument("-m", dest="module")
 args, rest = parser.parse_known_args()
 item_dir = rest[rest.index("--item-dir") + 1]
 ranks = [
-    subprocess.Popen([sys.executable, os.environ["FAKE_RANK"], item_dir], env=dict(os.environ, RANK=str(r)))
+    # Like torchrun: each rank in a session of its own, out of reach of the launcher's group.
+    subprocess.Popen([sys.executable, os.environ["FAKE_RANK"], item_dir], env=dict(os.environ, RANK=str(r)),
+                     start_new_session=True)
     for r in range(args.nproc_per_node)
 ]
 sys.exit(max(abs(p.wait()) for p in ranks))
@@ -94,12 +96,15 @@ def test_timeout_kills_every_rank_and_their_children(
     started = time.perf_counter()
     result = launch_item(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 2, tmp_path / "item", 4.0, REPO_ROOT)
     assert result.timed_out and time.perf_counter() - started < 20
-    pids = []
+    pids, workers = [], []
     for rank in (0, 1):
         record = json.loads((tmp_path / "item" / f"rank{rank}.json").read_text())
         pids += [record["pid"], record["worker_pid"]]
+        workers.append(record["worker_pid"])
     time.sleep(0.5)
     assert [pid for pid in pids if alive(pid)] == []
+    # The ranks' children were out of the launcher's group's reach; the sweep got them.
+    assert set(workers) <= set(result.leftovers_killed)
     assert classify("bug", F1, result).outcome == "HANG"
 
 

@@ -1,0 +1,188 @@
+"""The fault suite: real ranks that crash, hang, flood their logs, raise markup, or
+fail to import, and a run interrupted by SIGTERM and resumed. Nothing may be lost and
+nothing may be left running.
+
+The faults run in a cell with the shipped defaults' packages (the ci lane's
+environment, reused from the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.results import read_results
+from harness.runner import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+FAULTS = REPO_ROOT / "tests" / "fault_repros"
+TIMEOUT_S = 25
+
+
+def fault_matrix(tmp: Path) -> Path:
+    shipped = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    matrix = {
+        "version": 1,
+        "defaults": {**shipped["defaults"], "timeout_s": TIMEOUT_S},
+        "cells": {"faults": {"lanes": ["faults"]}},
+    }
+    path = tmp / "faults.yaml"
+    path.write_text(yaml.safe_dump(matrix))
+    return path
+
+
+def harness(matrix: Path, out: Path, repros: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--matrix",
+        str(matrix),
+        "--lane",
+        "faults",
+        "--repros-dir",
+        str(FAULTS),
+        "--repros",
+        repros,
+        "--out",
+        str(out),
+    ]
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes whose command line mentions ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().split()[2]
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(f"{proc.name}: {cmdline[:160]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, dict], Path, str]:
+    work = tmp_path_factory.mktemp("faults")
+    out = work / "out"
+    proc = subprocess.run(
+        harness(fault_matrix(work), out, "FAULT-SIGKILL,FAULT-HANG,FAULT-NOISY,FAULT-MARKUP,fault_import"),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=1800,
+    )
+    records = {r["repro"]: r for r in read_results(out / "results.jsonl")}
+    return proc.returncode, records, out, proc.stdout + proc.stderr
+
+
+def test_every_fault_is_recorded_and_the_run_goes_on(fault_run) -> None:
+    code, records, _, log = fault_run
+    assert set(records) == {"FAULT-SIGKILL", "FAULT-HANG", "FAULT-NOISY", "FAULT-MARKUP", "fault_import"}, log
+    assert code == 1  # the broken import has no expectation to match
+    assert {r: records[r]["outcome"] for r in records} == {
+        "FAULT-SIGKILL": "CRASH",
+        "FAULT-HANG": "HANG",
+        "FAULT-NOISY": "NOT_REPRODUCED",
+        "FAULT-MARKUP": "DIFFERENT_ERROR",
+        "fault_import": "INFRA",
+    }, log
+
+
+def test_a_killed_rank_is_named_with_its_signal(fault_run) -> None:
+    _, records, _, _ = fault_run
+    reason = records["FAULT-SIGKILL"]["reasons"][0]
+    assert "rank 1" in reason and "SIGKILL" in reason
+
+
+def test_a_hang_ends_within_the_timeout_with_every_ranks_stack(fault_run) -> None:
+    _, records, _, _ = fault_run
+    hang = records["FAULT-HANG"]
+    assert hang["wall_s"] < TIMEOUT_S + 15
+    for rank in hang["ranks"]:
+        assert "most recent call first" in rank["log_tail"], rank["log_tail"][-800:]
+    assert (
+        "all_reduce" in hang["ranks"][1]["log_tail"] or "all_reduce" in Path(hang["item_dir"], "rank1.log").read_text()
+    )
+
+
+def test_no_process_is_left_behind(fault_run) -> None:
+    _, _, out, _ = fault_run
+    time.sleep(1)
+    assert leftovers(str(out)) == []
+    assert leftovers("fault-hang-worker") == []
+
+
+def test_a_flood_of_output_is_kept_on_disk_and_bounded_in_the_record(fault_run) -> None:
+    _, records, _, _ = fault_run
+    noisy = records["FAULT-NOISY"]
+    tails = [r["log_tail"] for r in noisy["ranks"]]
+    assert all(len(t) <= 4100 and "the last line of the noise" in t for t in tails)
+    assert Path(noisy["item_dir"], "rank0.log").stat().st_size > 3_000_000  # the whole flood, on disk
+    assert len(json.dumps(noisy)) < 64 * 1024
+
+
+def test_markup_in_a_message_is_shown_as_text(fault_run) -> None:
+    _, records, _, log = fault_run
+    marked = records["FAULT-MARKUP"]
+    assert marked["error"]["message"].startswith("<script>alert('x')</script> [bold red]not markup[/bold red]")
+    assert "[bold red]not markup[/bold red]" in log  # printed literally, not interpreted by rich
+
+
+def test_a_broken_repro_file_is_infra_with_its_import_error(fault_run) -> None:
+    _, records, _, _ = fault_run
+    broken = records["fault_import"]
+    assert "ImportError" in broken["reasons"][0] and "broken on purpose" in broken["reasons"][0]
+
+
+def test_sigterm_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        harness(fault_matrix(tmp_path), out, "FAULT-NOISY,FAULT-HANG"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not (results.exists() and results.read_text().count("\n") >= 1):
+        time.sleep(0.5)
+    time.sleep(3)  # into the hanging item
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    assert "resume with" in output and "FAULT-NOISY" in output  # the summary of what finished
+    first = read_results(results)
+    assert [r["repro"] for r in first] == ["FAULT-NOISY"]
+    assert all(line.endswith("}") for line in results.read_text().splitlines())  # no torn line
+    assert json.loads((out / "run.json").read_text())["interrupted"] == "SIGTERM"
+    time.sleep(1)
+    assert leftovers(str(out)) == []
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "1 items already done" in resumed.stdout
+    final = read_results(results)
+    assert sorted(r["repro"] for r in final) == ["FAULT-HANG", "FAULT-NOISY"]
+    assert final[0] == first[0]
