@@ -182,3 +182,34 @@ def test_cli_refuses_a_malformed_pin(tmp_path: Path) -> None:
         )
         assert proc.returncode == 2, (pin, proc.stderr)
         assert proc.stderr.startswith("error: --pin:") and proc.stderr.count("\n") == 1
+
+
+def test_cli_refuses_an_unwritable_output_directory(tmp_path: Path) -> None:
+    good = write(tmp_path, GOOD.replace("repro: F5", "repro: F1"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--matrix", str(good), "--out", str(blocker / "out")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        proc.stderr.startswith(f"error: {blocker / 'out'}: --out: cannot be written") and proc.stderr.count("\n") == 1
+    )
+
+
+def test_cli_refuses_to_mix_a_new_run_into_old_results(tmp_path: Path) -> None:
+    good = write(tmp_path, GOOD.replace("repro: F5", "repro: F1"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text('{"kept": true}\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--matrix", str(good), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 2 and "already holds the results of another run" in proc.stderr
+    assert (out / "results.jsonl").read_text() == '{"kept": true}\n'
