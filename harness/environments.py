@@ -35,7 +35,8 @@ from pathlib import Path
 from harness.package_index import IndexConfig
 
 #: Bump when the way environments are built changes, so old ones are not reused.
-RECIPE_VERSION = 1
+#: 2: JIT ops live inside each environment.
+RECIPE_VERSION = 2
 READY_MARKER = "READY"
 ENV_RECORD = "env.json"
 UV_TIMEOUT_S = 1800

@@ -11,6 +11,7 @@ carries the item's token variable is killed too: nothing the item started outliv
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -18,6 +19,8 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,8 @@ class LaunchResult:
     launcher_tail: str = ""
     #: Processes of the item still alive after torchrun ended, killed by the sweep.
     leftovers_killed: list[int] = field(default_factory=list)
+    #: Build locks a killed JIT build had left in the environment's extensions dir.
+    stale_build_locks_removed: list[str] = field(default_factory=list)
 
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
@@ -128,6 +133,38 @@ def _ask_for_stacks(item_dir: Path, world_size: int) -> None:
                 pass
 
 
+IN_USE_FILE = ".harness-in-use"
+
+
+@contextmanager
+def extensions_in_use(extensions_dir: Path) -> Iterator[list[str]]:
+    """Hold the environment's JIT directory for one launch; clear stale build locks.
+
+    torch's JIT build takes a ``lock`` file beside the op it builds and waits, with no
+    limit, for one that exists. A rank killed mid-build (a timeout, an interrupt)
+    leaves that file behind and every later item in the environment waits forever.
+    Each launch holds a shared flock on the directory; one that can take it
+    exclusively knows no other launch is using the directory, so any build lock there
+    is stale and is removed (and yielded, for the record).
+    """
+    extensions_dir.mkdir(parents=True, exist_ok=True)
+    removed: list[str] = []
+    with open(extensions_dir / IN_USE_FILE, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another launch is using the directory: its locks may be live
+        else:
+            for baton in sorted(extensions_dir.glob("*/lock")):
+                baton.unlink(missing_ok=True)
+                removed.append(str(baton))
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        try:
+            yield removed
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def launch_item(
     env: Environment,
     module: str,
@@ -143,7 +180,7 @@ def launch_item(
     token = secrets.token_hex(8)
     started = time.perf_counter()
     timed_out = False
-    with open(launcher_log, "wb") as log:
+    with extensions_in_use(Path(env.extensions_dir)) as stale_locks, open(launcher_log, "wb") as log:
         proc = subprocess.Popen(
             command,
             cwd=repo_root,
@@ -184,4 +221,5 @@ def launch_item(
         rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
         launcher_tail=tail(launcher_log),
         leftovers_killed=leftovers,
+        stale_build_locks_removed=stale_locks,
     )

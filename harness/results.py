@@ -105,6 +105,7 @@ def item_record(
         ],
         "launcher_tail": launch.launcher_tail,
         "leftovers_killed": launch.leftovers_killed,
+        "stale_build_locks_removed": launch.stale_build_locks_removed,
         "env": env_summary(env),
         "repro_cmd": repro_cmd,
         "launch_cmd": launch.command,

@@ -116,3 +116,20 @@ def test_a_clean_launch_collects_every_rank_record(
     assert not result.timed_out and result.returncode == 0
     assert sorted(result.records) == [0, 1, 2] and all(r["status"] == "ok" for r in result.records.values())
     assert classify("bug", F1, result).outcome == "NOT_REPRODUCED"
+
+
+def test_a_stale_jit_build_lock_is_cleared_only_when_nobody_uses_the_directory(tmp_path: Path) -> None:
+    import fcntl
+
+    from harness.launch import IN_USE_FILE, extensions_in_use
+
+    baton = tmp_path / "deepspeed_shm_comm" / "lock"
+    baton.parent.mkdir(parents=True)
+    baton.write_text("")
+    with open(tmp_path / IN_USE_FILE, "a") as other:  # another launch holds the directory
+        fcntl.flock(other, fcntl.LOCK_SH)
+        with extensions_in_use(tmp_path) as removed:
+            assert removed == [] and baton.exists()
+        fcntl.flock(other, fcntl.LOCK_UN)
+    with extensions_in_use(tmp_path) as removed:  # alone: the lock is a killed build's leftover
+        assert removed == [str(baton)] and not baton.exists()
