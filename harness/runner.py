@@ -379,7 +379,10 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
         by_cell.setdefault(item.cell.name, []).append(item)
 
     interrupted: str | None = None
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl-C must interrupt even when the run was started with SIGINT ignored (a
+    # background job of a non-interactive shell inherits it ignored).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with (
             ResultsWriter(out / RESULTS_FILE) as writer,
@@ -437,7 +440,8 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
     except RunInterrupted as exc:
         interrupted = str(exc)
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
     meta["finished_at"] = _now()
     if interrupted:

@@ -151,7 +151,8 @@ def test_a_broken_repro_file_is_infra_with_its_import_error(fault_run) -> None:
     assert "ImportError" in broken["reasons"][0] and "broken on purpose" in broken["reasons"][0]
 
 
-def test_sigterm_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_an_interrupt_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen(
         harness(fault_matrix(tmp_path), out, "FAULT-NOISY,FAULT-HANG"),
@@ -165,14 +166,14 @@ def test_sigterm_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path: Pat
     while time.monotonic() < deadline and not (results.exists() and results.read_text().count("\n") >= 1):
         time.sleep(0.5)
     time.sleep(3)  # into the hanging item
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output
     assert "resume with" in output and "FAULT-NOISY" in output  # the summary of what finished
     first = read_results(results)
     assert [r["repro"] for r in first] == ["FAULT-NOISY"]
     assert all(line.endswith("}") for line in results.read_text().splitlines())  # no torn line
-    assert json.loads((out / "run.json").read_text())["interrupted"] == "SIGTERM"
+    assert json.loads((out / "run.json").read_text())["interrupted"] == signal.Signals(signum).name
     time.sleep(1)
     assert leftovers(str(out)) == []
 
