@@ -46,7 +46,7 @@ def test_bisect_names_the_first_deepspeed_release_with_the_f1_fix(tmp_path: Path
     steps = json.loads((out / "bisect.json").read_text())
     assert steps["kind"] == "fix" and steps["boundary"] == "0.19.3"
     assert steps["bad_signature"] == ["REPRODUCED", "F1.recompute-shape-0"]
-    by_version = {s["version"]: s for s in steps["steps"]}
+    by_version = {s["point"]: s for s in steps["steps"]}
     assert by_version["0.19.2"]["state"] == "bad" and by_version["0.19.8"]["state"] == "good"
     assert by_version["0.19.3"]["state"] == "good"
     assert len(steps["steps"]) <= 2 + 3  # endpoints plus log2 of the five releases between
