@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness run|bisect|report|list``.
+"""Command line: ``python -m harness run|bisect|compare|report|list``.
 
 Exit status: 0 when every observation matched its expectation, 1 when any did
 not, 2 for a usage or configuration error (one line naming the file, the field
@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from rich.console import Console
 
 from harness.bisect import BisectOptions, execute_bisect
+from harness.compare import NEW_REGRESSION, Thresholds, compare_runs, markdown
 from harness.environments import default_cache_dir
 from harness.errors import EXIT_USAGE, UserError
 from harness.matrix import Matrix, load_matrix
@@ -93,6 +94,29 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         metavar="K",
         help="probe K more untested releases to catch a non-monotonic history",
+    )
+
+    compare = sub.add_parser("compare", help="classify what changed between two runs (markdown)")
+    compare.add_argument("old", type=Path, help="the earlier run's directory")
+    compare.add_argument("new", type=Path, help="the later run's directory")
+    compare.add_argument("--markdown", type=Path, help="also write the markdown to this file")
+    compare.add_argument(
+        "--relative",
+        type=float,
+        default=Thresholds.relative,
+        help="relative change flagged in memory and step time (default: %(default)s)",
+    )
+    compare.add_argument(
+        "--memory-floor-mib",
+        type=float,
+        default=Thresholds.memory_floor_bytes / 2**20,
+        help="smallest memory change flagged, MiB (default: %(default)s)",
+    )
+    compare.add_argument(
+        "--time-floor-ms",
+        type=float,
+        default=Thresholds.time_floor_s * 1000,
+        help="smallest step-time change flagged, ms (default: %(default)s)",
     )
 
     report = sub.add_parser("report", help="print the summary of a finished run again")
@@ -219,6 +243,29 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
     return execute(opts, console, argv)
 
 
+def _run_records(directory: Path) -> list[dict]:
+    path = directory / RESULTS_FILE
+    if not path.exists():
+        raise UserError(
+            directory, RESULTS_FILE, "no results file here", "pass the directory of a run (reports/<run-id>)"
+        )
+    return read_results(path)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    limits = Thresholds(
+        relative=args.relative,
+        memory_floor_bytes=int(args.memory_floor_mib * 2**20),
+        time_floor_s=args.time_floor_ms / 1000,
+    )
+    changes = compare_runs(_run_records(args.old), _run_records(args.new), limits)
+    text = markdown(changes, args.old.name, args.new.name)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+    return 1 if any(c.kind == NEW_REGRESSION for c in changes) else 0
+
+
 def _report(args: argparse.Namespace, console: Console) -> int:
     path = args.dir / RESULTS_FILE
     if not path.exists():
@@ -261,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args, console)
         if args.command == "bisect":
             return _bisect(args, console)
+        if args.command == "compare":
+            return _compare(args)
         return _list(args, console)
     except UserError as exc:
         print(f"error: {exc.line()}", file=sys.stderr)

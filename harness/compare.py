@@ -1,0 +1,173 @@
+"""``python -m harness compare OLD NEW``: what changed between two runs.
+
+Items are matched by (cell, repro, mode). Each change gets one class:
+- new regression: the item matched its expectation in OLD and does not in NEW
+- fixed trainer broke: fixed mode went from PASS to anything else
+- upstream fixed: bug mode went from REPRODUCED to NOT_REPRODUCED
+- new error kind: NEW failed with an exception type OLD did not show
+- now matches: the item did not match in OLD and does in NEW
+- added / removed: the item ran in only one of the runs
+- memory / step time worse or better: the change exceeds the larger of a relative
+  threshold, an absolute floor and (for step time) twice the measured spread (IQR)
+  of the two runs; nothing inside the noise is flagged.
+Only a new regression makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NEW_REGRESSION = "new regression"
+FIXED_TRAINER_BROKE = "fixed trainer broke"
+UPSTREAM_FIXED = "upstream fixed"
+NEW_ERROR_KIND = "new error kind"
+NOW_MATCHES = "now matches"
+ADDED = "added"
+REMOVED = "removed"
+MEMORY_WORSE = "peak memory worse"
+MEMORY_BETTER = "peak memory better"
+TIME_WORSE = "step time worse"
+TIME_BETTER = "step time better"
+
+ORDER = (
+    NEW_REGRESSION,
+    FIXED_TRAINER_BROKE,
+    NEW_ERROR_KIND,
+    UPSTREAM_FIXED,
+    NOW_MATCHES,
+    MEMORY_WORSE,
+    TIME_WORSE,
+    MEMORY_BETTER,
+    TIME_BETTER,
+    ADDED,
+    REMOVED,
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    relative: float = 0.10
+    memory_floor_bytes: int = 16 * 2**20
+    time_floor_s: float = 0.005
+    spread_factor: float = 2.0
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str
+    item: str
+    old: str
+    new: str
+    detail: str = ""
+
+
+Key = tuple[str, str, str]
+
+
+def _key(record: dict[str, Any]) -> Key:
+    return record["cell"], record["repro"], record["mode"]
+
+
+def _error_type(record: dict[str, Any]) -> str | None:
+    error = record.get("error") or {}
+    return error.get("type")
+
+
+def _outcome(record: dict[str, Any]) -> str:
+    mark = "✓" if record.get("matched") else "✗"
+    return f"{record['outcome']} {mark}"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def _performance(label: str, old: dict[str, Any], new: dict[str, Any], limits: Thresholds) -> list[Change]:
+    changes = []
+    old_mem, new_mem = old.get("peak_mem_bytes"), new.get("peak_mem_bytes")
+    if old_mem and new_mem and old.get("peak_mem_kind") == new.get("peak_mem_kind"):
+        delta = new_mem - old_mem
+        if abs(delta) > max(limits.relative * old_mem, limits.memory_floor_bytes):
+            kind = MEMORY_WORSE if delta > 0 else MEMORY_BETTER
+            changes.append(Change(kind, label, _mib(old_mem), _mib(new_mem), f"{delta / old_mem:+.0%}"))
+    old_t, new_t = old.get("step_time_s"), new.get("step_time_s")
+    if old_t and new_t:
+        delta = new_t["median"] - old_t["median"]
+        noise = limits.spread_factor * max(old_t.get("iqr") or 0.0, new_t.get("iqr") or 0.0)
+        if abs(delta) > max(limits.relative * old_t["median"], limits.time_floor_s, noise):
+            kind = TIME_WORSE if delta > 0 else TIME_BETTER
+            changes.append(
+                Change(
+                    kind,
+                    label,
+                    f"{old_t['median'] * 1000:.0f} ms",
+                    f"{new_t['median'] * 1000:.0f} ms",
+                    f"{delta / old_t['median']:+.0%} (noise ±{noise * 1000:.0f} ms)",
+                )
+            )
+    return changes
+
+
+def compare_runs(
+    old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]], limits: Thresholds = Thresholds()
+) -> list[Change]:
+    old_by, new_by = {_key(r): r for r in old}, {_key(r): r for r in new}
+    changes: list[Change] = []
+    for key in sorted(set(old_by) | set(new_by)):
+        label = "/".join(key)
+        before, after = old_by.get(key), new_by.get(key)
+        if before is None:
+            changes.append(Change(ADDED, label, "-", _outcome(after)))  # type: ignore[arg-type]
+            continue
+        if after is None:
+            changes.append(Change(REMOVED, label, _outcome(before), "-"))
+            continue
+        was, now = before["outcome"], after["outcome"]
+        if before.get("matched") and not after.get("matched"):
+            changes.append(
+                Change(NEW_REGRESSION, label, _outcome(before), _outcome(after), f"expected {after.get('expected')}")
+            )
+        if not before.get("matched") and after.get("matched"):
+            changes.append(Change(NOW_MATCHES, label, _outcome(before), _outcome(after)))
+        if key[2] == "fixed" and was == "PASS" and now != "PASS":
+            changes.append(Change(FIXED_TRAINER_BROKE, label, was, now, "; ".join(after.get("reasons") or [])[:200]))
+        if key[2] == "bug" and was == "REPRODUCED" and now == "NOT_REPRODUCED":
+            versions = {
+                k: (before["versions"].get(k), v)
+                for k, v in after.get("versions", {}).items()
+                if before.get("versions", {}).get(k) != v
+            }
+            moved = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in versions.items()) or "no tracked version moved"
+            changes.append(Change(UPSTREAM_FIXED, label, was, now, moved))
+        new_type = _error_type(after)
+        if new_type and new_type != _error_type(before):
+            message = (after.get("error") or {}).get("message") or ""
+            changes.append(Change(NEW_ERROR_KIND, label, _error_type(before) or "-", new_type, message[:200]))
+        changes.extend(_performance(label, before, after, limits))
+    return sorted(changes, key=lambda c: (ORDER.index(c.kind), c.item))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(changes: Sequence[Change], old_name: str, new_name: str) -> str:
+    regressions = sum(1 for c in changes if c.kind == NEW_REGRESSION)
+    lines = [f"## ft-regress: {new_name} compared with {old_name}", ""]
+    if not changes:
+        lines.append("No changes: every item has the same outcome, and memory and step time moved within the noise.")
+        return "\n".join(lines) + "\n"
+    verdict = (
+        f"**{regressions} new regression{'s' if regressions != 1 else ''}**" if regressions else "No new regression."
+    )
+    lines += [verdict, ""]
+    for kind in ORDER:
+        group = [c for c in changes if c.kind == kind]
+        if not group:
+            continue
+        lines += [f"### {kind} ({len(group)})", "", "| item | before | after | detail |", "|---|---|---|---|"]
+        lines += [f"| {_cell(c.item)} | {_cell(c.old)} | {_cell(c.new)} | {_cell(c.detail)} |" for c in group]
+        lines.append("")
+    return "\n".join(lines)
