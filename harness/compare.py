@@ -80,6 +80,14 @@ def _outcome(record: dict[str, Any]) -> str:
     return f"{record['outcome']} {mark}"
 
 
+def _why_unmatched(record: dict[str, Any]) -> str:
+    if record.get("expected"):
+        return f"expected {record['expected']}"
+    if record["outcome"] == "UNRESOLVABLE":
+        return "no environment: " + ((record.get("error") or {}).get("message") or "")
+    return "no expectation covers the new versions"
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:.0f} MiB"
 
@@ -126,9 +134,7 @@ def compare_runs(
             continue
         was, now = before["outcome"], after["outcome"]
         if before.get("matched") and not after.get("matched"):
-            changes.append(
-                Change(NEW_REGRESSION, label, _outcome(before), _outcome(after), f"expected {after.get('expected')}")
-            )
+            changes.append(Change(NEW_REGRESSION, label, _outcome(before), _outcome(after), _why_unmatched(after)))
         if not before.get("matched") and after.get("matched"):
             changes.append(Change(NOW_MATCHES, label, _outcome(before), _outcome(after)))
         if key[2] == "fixed" and was == "PASS" and now != "PASS":

@@ -91,9 +91,8 @@ def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded:
         )
         if rec.get("error"):
             err = rec["error"]
-            console.print(
-                f"    {err.get('type')}: {err.get('message')} (rank {err.get('rank')})", highlight=False, markup=False
-            )
+            where = f" (rank {err['rank']})" if err.get("rank") is not None else ""
+            console.print(f"    {err.get('type')}: {err.get('message')}{where}", highlight=False, markup=False)
         for reason in rec.get("reasons") or []:
             console.print(f"    {reason.splitlines()[0] if reason else ''}", highlight=False, markup=False)
         console.print(f"    rerun: {rec.get('repro_cmd')}", highlight=False, markup=False)
