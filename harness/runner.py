@@ -36,6 +36,7 @@ from harness.environments import (
 )
 from harness.errors import UserError
 from harness.expectations import expectation_for
+from harness.junit import JUNIT_FILE, write_junit
 from harness.launch import launch_item
 from harness.matrix import Cell, Matrix
 from harness.outcome import classify
@@ -447,6 +448,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
     if interrupted:
         meta["interrupted"] = interrupted
     _write_run_json(out, meta)
+    write_junit(out / JUNIT_FILE, run_id, records, plan.excluded)
     print_summary(console, records, plan.excluded)
     console.print(f"results: {out / RESULTS_FILE}", highlight=False)
     if interrupted:

@@ -128,3 +128,12 @@ def test_rerun_reuses_the_environments(ci_run, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (again,) = read_results(tmp_path / "again" / "results.jsonl")
     assert again["env"]["reused"] is True and again["outcome"] == "NOT_REPRODUCED"
+
+
+def test_the_run_writes_junit_xml_with_a_testcase_per_item(ci_run) -> None:
+    from junitparser import JUnitXml
+
+    _, records, out, _ = ci_run
+    suite = next(iter(JUnitXml.fromfile(str(out / "junit.xml"))))
+    assert suite.tests == len(records) == 6
+    assert suite.failures == 2  # the unresolvable cell's two items

@@ -1,0 +1,50 @@
+"""JUnit XML for CI systems: one testcase per item (metrics stay in results.jsonl).
+
+classname is the cell, name is ``repro/mode``; an item fails when its observation
+did not match its expectation, the failure carrying the outcome, the signature or
+error type, and the message; excluded items are skipped with their reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+JUNIT_FILE = "junit.xml"
+
+
+def _case(record: dict[str, Any]) -> TestCase:
+    case = TestCase(f"{record['repro']}/{record['mode']}", classname=record["cell"], time=record.get("wall_s") or 0.0)
+    if record.get("matched"):
+        return case
+    error = record.get("error") or {}
+    expected = record.get("expected") or "no expectation for these versions"
+    failure = Failure(
+        f"observed {record['outcome']}, expected {expected}", record.get("signature") or error.get("type")
+    )
+    details = [f"{error.get('type')}: {error.get('message')}"] if error else []
+    details += list(record.get("reasons") or [])
+    details.append(f"rerun: {record.get('repro_cmd')}")
+    failure.text = "\n".join(details)
+    case.result = [failure]
+    return case
+
+
+def write_junit(
+    path: Path, run_id: str, records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]] = ()
+) -> None:
+    suite = TestSuite(f"ft-regress {run_id}")
+    for record in records:
+        suite.add_testcase(_case(record))
+    for item in excluded:
+        case = TestCase(f"{item['repro']}/{item['mode']}", classname=item["cell"])
+        case.result = [Skipped(f"excluded: {item['reason']}")]
+        suite.add_testcase(case)
+    xml = JUnitXml()
+    xml.add_testsuite(suite)
+    tmp = path.with_suffix(".xml.tmp")
+    xml.write(str(tmp), pretty=True)
+    tmp.replace(path)

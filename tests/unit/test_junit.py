@@ -1,0 +1,41 @@
+"""JUnit XML: one testcase per item, failures carry the signature and message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from junitparser import Failure, JUnitXml, Skipped
+
+from harness.junit import write_junit
+
+
+def test_one_testcase_per_item_with_failures_and_skips(tmp_path: Path) -> None:
+    records = [
+        {"cell": "current", "repro": "F1", "mode": "bug", "outcome": "NOT_REPRODUCED", "matched": True, "wall_s": 20.5},
+        {
+            "cell": "old",
+            "repro": "F1",
+            "mode": "bug",
+            "outcome": "DIFFERENT_ERROR",
+            "matched": False,
+            "expected": "REPRODUCED",
+            "signature": None,
+            "wall_s": 12.0,
+            "error": {"type": "RuntimeError", "message": "<b>boom</b> & more", "rank": 1},
+            "reasons": [],
+            "repro_cmd": "python -m harness run --cells old",
+        },
+    ]
+    excluded = [{"cell": "old", "repro": "F5", "mode": "fixed", "reason": "needs two GPUs"}]
+    path = tmp_path / "junit.xml"
+    write_junit(path, "run-1", records, excluded)
+    suite = next(iter(JUnitXml.fromfile(str(path))))
+    cases = {f"{c.classname}::{c.name}": c for c in suite}
+    assert set(cases) == {"current::F1/bug", "old::F1/bug", "old::F5/fixed"}
+    assert cases["current::F1/bug"].is_passed
+    (failure,) = cases["old::F1/bug"].result
+    assert isinstance(failure, Failure)
+    assert failure.message == "observed DIFFERENT_ERROR, expected REPRODUCED" and failure.type == "RuntimeError"
+    assert "<b>boom</b> & more" in failure.text and "rerun: python -m harness run --cells old" in failure.text
+    assert isinstance(cases["old::F5/fixed"].result[0], Skipped)
+    assert suite.failures == 1 and suite.skipped == 1 and suite.tests == 3
