@@ -28,12 +28,12 @@ from harness.errors import UserError
 from harness.matrix import Cell, Matrix
 from harness.package_index import pip_index_config
 from harness.package_versions import VersionsUnavailable, between, released_versions
+from harness.provenance import host_info
 from harness.repro_registry import Discovery
 from harness.results import RESULTS_FILE, ResultsWriter
 from harness.runner import (
     PlannedItem,
     environment_for,
-    host_info,
     new_run_id,
     observe_item,
     pinned_cell,

@@ -82,6 +82,8 @@ def item_record(
         "world_size": launch.world_size,
         "device": first.get("device"),
         "device_name": first.get("device_name"),
+        "cuda_version": first.get("cuda_version"),
+        "nccl_version": first.get("nccl_version"),
         "backend": first.get("backend"),
         "peak_mem_bytes": peak,
         "peak_mem_kind": peak_kind,

@@ -11,12 +11,10 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import platform
 import secrets
 import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +39,7 @@ from harness.launch import launch_item
 from harness.matrix import Cell, Matrix
 from harness.outcome import classify
 from harness.package_index import pip_index_config
+from harness.provenance import host_info
 from harness.repro_registry import BrokenRepro, Discovery, Repro
 from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, read_results, unobserved_record
 from harness.summary import print_summary
@@ -247,15 +246,6 @@ def observe_item(
         started_at=started,
         finished_at=_now(),
     )
-
-
-def host_info() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
-    }
 
 
 class RunInterrupted(Exception):

@@ -109,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             record["device_name"] = torch.cuda.get_device_name(device)
+            record["cuda_version"] = torch.version.cuda
+            try:
+                nccl = torch.cuda.nccl.version()  # a tuple in recent torch, an int in old releases
+                record["nccl_version"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            except (AttributeError, RuntimeError):
+                record["nccl_version"] = None
         record["phase"] = "import"
         write_rank_record(item_dir, rank, record)
         module = load_repro_module(args.module)
