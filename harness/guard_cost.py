@@ -1,0 +1,127 @@
+"""What the fixed trainer's guards cost, per cell and repro.
+
+Where ``bug`` mode ran clean (NOT_REPRODUCED), its record is the same scenario
+without the guards, so ``fixed`` minus ``bug`` prices the guards the fixed trainer
+applied there. Where ``bug`` failed there is no unguarded baseline to price them
+against. A difference with no guards applied is run-to-run noise, and a step-time
+difference within twice the larger interquartile range is within the noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NOISE_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class GuardCost:
+    cell: str
+    repro: str
+    guards: tuple[str, ...]
+    fixed_outcome: str
+    mem_kind: str | None
+    bug_mem: int | None
+    fixed_mem: int | None
+    bug_step_s: float | None
+    fixed_step_s: float | None
+    #: Twice the larger IQR of the two step times: a smaller change is noise.
+    step_noise_s: float | None
+    note: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell}/{self.repro}"
+
+    @property
+    def mem_delta(self) -> int | None:
+        if self.bug_mem is None or self.fixed_mem is None:
+            return None
+        return self.fixed_mem - self.bug_mem
+
+    @property
+    def step_delta_s(self) -> float | None:
+        if self.bug_step_s is None or self.fixed_step_s is None:
+            return None
+        return self.fixed_step_s - self.bug_step_s
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    """A fixed-mode item whose guards could not be priced, and why."""
+
+    cell: str
+    repro: str
+    guards: tuple[str, ...]
+    why: str
+
+
+def guard_ids(record: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(g.get("id", g)) if isinstance(g, dict) else str(g) for g in record.get("guards") or [])
+
+
+def _median(record: dict[str, Any]) -> float | None:
+    step = record.get("step_time_s") or {}
+    return step.get("median")
+
+
+def _note(guards: tuple[str, ...], step_delta: float | None, noise: float | None) -> str:
+    if not guards:
+        return "no guards applied: the difference is run-to-run noise"
+    if step_delta is not None and noise is not None and abs(step_delta) <= noise:
+        return f"step time within the noise (±{noise * 1000:.0f} ms)"
+    return ""
+
+
+def _cost(bug: dict[str, Any], fixed: dict[str, Any]) -> GuardCost:
+    guards = guard_ids(fixed)
+    same_kind = bug.get("peak_mem_kind") == fixed.get("peak_mem_kind")
+    bug_step, fixed_step = _median(bug), _median(fixed)
+    noise = None
+    if bug_step is not None and fixed_step is not None:
+        iqrs = [(r.get("step_time_s") or {}).get("iqr") or 0.0 for r in (bug, fixed)]
+        noise = NOISE_FACTOR * max(iqrs)
+    delta = fixed_step - bug_step if bug_step is not None and fixed_step is not None else None
+    note = _note(guards, delta, noise)
+    if not same_kind:
+        note = "; ".join(filter(None, [note, "memory measured differently in the two modes: not compared"]))
+    return GuardCost(
+        cell=fixed["cell"],
+        repro=fixed["repro"],
+        guards=guards,
+        fixed_outcome=fixed["outcome"],
+        mem_kind=fixed.get("peak_mem_kind"),
+        bug_mem=bug.get("peak_mem_bytes") if same_kind else None,
+        fixed_mem=fixed.get("peak_mem_bytes") if same_kind else None,
+        bug_step_s=bug_step,
+        fixed_step_s=fixed_step,
+        step_noise_s=noise,
+        note=note,
+    )
+
+
+def guard_costs(records: Sequence[dict[str, Any]]) -> tuple[list[GuardCost], list[Unpriced]]:
+    """The priced guards (one per cell x repro with both modes measured) and the rest."""
+    by_key = {(r["cell"], r["repro"], r["mode"]): r for r in records}
+    priced: list[GuardCost] = []
+    unpriced: list[Unpriced] = []
+    for (cell, repro, mode), fixed in by_key.items():
+        if mode != "fixed":
+            continue
+        bug = by_key.get((cell, repro, "bug"))
+        guards = guard_ids(fixed)
+        if bug is None:
+            why = "bug mode did not run in this cell"
+        elif bug["outcome"] != "NOT_REPRODUCED":
+            why = f"bug mode ended {bug['outcome']}: no clean unguarded run to price the guards against"
+        elif fixed.get("peak_mem_bytes") is None and _median(fixed) is None:
+            why = f"fixed mode ended {fixed['outcome']} without measurements"
+        elif bug.get("peak_mem_bytes") is None and _median(bug) is None:
+            why = "bug mode recorded no measurements"
+        else:
+            priced.append(_cost(bug, fixed))
+            continue
+        unpriced.append(Unpriced(cell, repro, guards, why))
+    return priced, unpriced

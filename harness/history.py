@@ -1,0 +1,74 @@
+"""The runs beside a run: every sibling directory holding ``run.json`` and
+``results.jsonl``, oldest first, for the report's trend of each item."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.results import RESULTS_FILE, read_results
+
+RUN_FILE = "run.json"
+#: The most runs the history shows (the newest ones, the current run always among them).
+DEFAULT_LIMIT = 30
+
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class PastRun:
+    run_id: str
+    name: str
+    started_at: str
+    records: dict[Key, dict[str, Any]]
+    current: bool
+
+
+def _load(directory: Path, current: bool) -> PastRun | None:
+    try:
+        records = read_results(directory / RESULTS_FILE)
+        meta = json.loads((directory / RUN_FILE).read_text()) if (directory / RUN_FILE).is_file() else {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        meta = {}
+    return PastRun(
+        run_id=str(meta.get("run_id") or directory.name),
+        name=directory.name,
+        started_at=str(meta.get("started_at") or ""),
+        records={(r["cell"], r["repro"], r["mode"]): r for r in records if {"cell", "repro", "mode"} <= r.keys()},
+        current=current,
+    )
+
+
+def load_history(run_dir: Path, limit: int = DEFAULT_LIMIT) -> list[PastRun]:
+    """``run_dir`` and the runs beside it, oldest first, at most ``limit`` of them."""
+    run_dir = run_dir.resolve()
+    runs: list[PastRun] = []
+    try:
+        siblings = sorted(p for p in run_dir.parent.iterdir() if p.is_dir())
+    except OSError:
+        siblings = [run_dir]
+    for directory in siblings:
+        current = directory == run_dir
+        if not current and not ((directory / RUN_FILE).is_file() and (directory / RESULTS_FILE).is_file()):
+            continue
+        run = _load(directory, current)
+        if run is not None:
+            runs.append(run)
+    runs.sort(key=lambda r: (r.started_at, r.name))
+    if len(runs) > limit:
+        older = [r for r in runs[:-limit] if r.current]
+        keep = limit - len(older)
+        runs = older + (runs[-keep:] if keep > 0 else [])
+    return runs
+
+
+def history_items(runs: list[PastRun]) -> list[Key]:
+    """Every item seen, the current run's first (in its order), then the rest by name."""
+    current = next((r for r in runs if r.current), None)
+    first = list(current.records) if current else []
+    rest = sorted({k for r in runs for k in r.records} - set(first))
+    return first + rest

@@ -1,0 +1,160 @@
+"""The report's plots, drawn by matplotlib (no display, no pyplot) as SVG text to inline.
+
+Text reaches the SVG only through matplotlib, which escapes it; fonts are left to
+the browser (``svg.fonttype: none``), so the page needs nothing from the network.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.guard_cost import GuardCost
+from harness.history import PastRun, history_items
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+MIB = 2**20
+_STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
+
+
+def _figure(width: float, height: float, columns: int = 2) -> tuple[Figure, Any]:
+    # A bare Figure (no pyplot) draws with no GUI backend and no global state.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.subplots(1, columns, squeeze=False)[0]
+
+
+def _svg(fig: Figure) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context(_STYLE):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    # The XML declaration and DOCTYPE belong to a file, not to an element in a page.
+    return text[text.index("<svg") :]
+
+
+def _kind_label(kinds: set[str | None]) -> str:
+    known = sorted(k for k in kinds if k)
+    return ", ".join(known) if known else "unknown"
+
+
+def _width(n: int) -> float:
+    return min(16.0, max(10.0, 3.0 + 1.2 * n))
+
+
+def fixed_trainer_plot(records: Sequence[dict[str, Any]]) -> str | None:
+    """Peak memory and step time (median, IQR bar) of the fixed trainer per cell, one bar per repro."""
+    fixed = [
+        r for r in records if r["mode"] == "fixed" and (r.get("peak_mem_bytes") is not None or r.get("step_time_s"))
+    ]
+    if not fixed:
+        return None
+    import matplotlib
+
+    with matplotlib.rc_context(_STYLE):
+        cells = list(dict.fromkeys(r["cell"] for r in fixed))
+        repros = list(dict.fromkeys(r["repro"] for r in fixed))
+        fig, (mem_ax, time_ax) = _figure(_width(len(cells) * len(repros)), 3.4)
+        width = 0.8 / len(repros)
+        for j, repro in enumerate(repros):
+            xs, mems, times, errs = [], [], [], []
+            for i, cell in enumerate(cells):
+                rec = next((r for r in fixed if r["cell"] == cell and r["repro"] == repro), None)
+                if rec is None:
+                    continue
+                xs.append(i + (j - (len(repros) - 1) / 2) * width)
+                mems.append((rec.get("peak_mem_bytes") or 0) / MIB)
+                step = rec.get("step_time_s") or {}
+                times.append((step.get("median") or 0.0) * 1000)
+                errs.append((step.get("iqr") or 0.0) * 1000 / 2)
+            mem_ax.bar(xs, mems, width, label=repro)
+            time_ax.bar(xs, times, width, yerr=errs, capsize=3, label=repro)
+        kinds = _kind_label({r.get("peak_mem_kind") for r in fixed})
+        mem_ax.set_title(f"fixed trainer: peak memory ({kinds})")
+        mem_ax.set_ylabel("MiB (max over ranks)")
+        time_ax.set_title("fixed trainer: step time (median; whisker: IQR)")
+        time_ax.set_ylabel("ms")
+        for ax in (mem_ax, time_ax):
+            ax.set_xticks(range(len(cells)), cells, rotation=20, ha="right")
+            if len(repros) > 1:
+                ax.legend(fontsize=8)
+        return _svg(fig)
+
+
+def guard_cost_plot(costs: Sequence[GuardCost]) -> str | None:
+    """Fixed minus bug per cell x repro: the guards' memory and step-time cost (hatched: no guards)."""
+    if not costs:
+        return None
+    import matplotlib
+
+    with matplotlib.rc_context(_STYLE):
+        fig, (mem_ax, time_ax) = _figure(_width(len(costs)), 3.6)
+        labels = [f"{c.label}\n{'+'.join(c.guards) or 'no guards'}" for c in costs]
+        xs = list(range(len(costs)))
+        colours = ["#b35806" if c.guards else "#bbbbbb" for c in costs]
+        hatches = ["" if c.guards else "//" for c in costs]
+        mem = [(c.mem_delta or 0) / MIB for c in costs]
+        time = [(c.step_delta_s or 0.0) * 1000 for c in costs]
+        noise = [(c.step_noise_s or 0.0) * 1000 for c in costs]
+        for ax, values in ((mem_ax, mem), (time_ax, time)):
+            bars = ax.bar(xs, values, 0.6, color=colours)
+            for bar, hatch in zip(bars, hatches, strict=True):
+                bar.set_hatch(hatch)
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xticks(xs, labels, rotation=20, ha="right")
+        time_ax.errorbar(xs, [0.0] * len(xs), yerr=noise, fmt="none", ecolor="#555555", capsize=4, label="noise")
+        mem_ax.set_title("guards' cost: Δ peak memory (fixed − bug)")
+        mem_ax.set_ylabel("MiB")
+        time_ax.set_title("guards' cost: Δ step time (whisker: noise)")
+        time_ax.set_ylabel("ms")
+        return _svg(fig)
+
+
+def history_plot(runs: Sequence[PastRun]) -> str | None:
+    """Each item's step time and peak memory across the runs (oldest left)."""
+    if len(runs) < 2:
+        return None
+    items = [
+        key
+        for key in history_items(list(runs))
+        if any(r.records.get(key, {}).get("step_time_s") or r.records.get(key, {}).get("peak_mem_bytes") for r in runs)
+    ]
+    if not items:
+        return None
+    import matplotlib
+
+    with matplotlib.rc_context(_STYLE):
+        fig, (time_ax, mem_ax) = _figure(_width(len(runs)), 3.8)
+        xs = list(range(len(runs)))
+        for key in items:
+            label = "/".join(key)
+            times = [_step_ms(r.records.get(key)) for r in runs]
+            mems = [_mib(r.records.get(key)) for r in runs]
+            time_ax.plot(xs, times, marker="o", markersize=3, label=label)
+            mem_ax.plot(xs, mems, marker="o", markersize=3, label=label)
+        names = [f"{r.name}{' (this)' if r.current else ''}" for r in runs]
+        for ax in (time_ax, mem_ax):
+            ax.set_xticks(xs, names, rotation=25, ha="right", fontsize=7)
+        time_ax.set_title("step time median per item")
+        time_ax.set_ylabel("ms")
+        mem_ax.set_title("peak memory per item")
+        mem_ax.set_ylabel("MiB")
+        mem_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _svg(fig)
+
+
+def _step_ms(record: dict[str, Any] | None) -> float:
+    step = (record or {}).get("step_time_s") or {}
+    median = step.get("median")
+    return median * 1000 if median is not None else float("nan")
+
+
+def _mib(record: dict[str, Any] | None) -> float:
+    peak = (record or {}).get("peak_mem_bytes")
+    return peak / MIB if peak is not None else float("nan")
