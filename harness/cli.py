@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness run|bisect|compare|report|list``.
+"""Command line: ``python -m harness run|merge|bisect|compare|report|list``.
 
 Exit status: 0 when every observation matched its expectation, 1 when any did
 not, 2 for a usage or configuration error (one line naming the file, the field
@@ -22,9 +22,11 @@ from harness.compare import NEW_REGRESSION, Thresholds, compare_runs, markdown
 from harness.environments import default_cache_dir
 from harness.errors import EXIT_USAGE, UserError
 from harness.matrix import Matrix, load_matrix
+from harness.merge import merge_runs
 from harness.repro_registry import Discovery, discover
 from harness.results import RESULTS_FILE, read_results
 from harness.runner import REPO_ROOT, RunOptions, execute
+from harness.shard import parse_shard
 from harness.summary import print_summary
 from repros.common.spec import MODES
 
@@ -63,6 +65,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PKG==VER",
         help="pin a package over the selected cells' own spec (repeatable)",
     )
+    run.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I of N of the planned items, balanced by the durations of the runs in --reports-dir",
+    )
+
+    merge = sub.add_parser("merge", help="combine the output directories of a sharded run into one run directory")
+    merge.add_argument("out", type=Path, help="the merged run's directory (new)")
+    merge.add_argument("shards", type=Path, nargs="+", metavar="SHARD_DIR", help="each shard's output directory")
 
     bisect = sub.add_parser("bisect", help="find the release of a package that changed a repro's outcome")
     bisect.add_argument("--repro", required=True)
@@ -195,6 +206,7 @@ def _resume(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> 
             ("--repros", args.repros),
             ("--out", args.out),
             ("--pin", args.pin),
+            ("--shard", args.shard),
         )
         if value
     ]
@@ -204,6 +216,7 @@ def _resume(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> 
     if not stored:
         raise UserError(run_json, "options", "records no options to resume with", "start a new run instead")
     repros_dirs = [Path(d) for d in stored["repros_dirs"]]
+    shard_meta = json.loads(run_json.read_text()).get("shard") or {}
     matrix, discovery = _load(Path(stored["matrix"]), repros_dirs)
     cache = Path(stored["cache_dir"]) if stored["cache_dir"] else None
     opts = RunOptions(
@@ -218,6 +231,8 @@ def _resume(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> 
         cache_dir_given=cache is not None,
         pins=tuple((name, spec) for name, spec in stored["pins"]),
         repros_dirs=tuple(repros_dirs),
+        shard=parse_shard(stored["shard"]) if stored.get("shard") else None,
+        shard_items=tuple(shard_meta["items"]) if shard_meta else None,
     )
     return execute(opts, console, argv, resume=args.resume)
 
@@ -225,6 +240,7 @@ def _resume(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> 
 def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
     if args.resume:
         return _resume(args, console, argv)
+    shard = parse_shard(args.shard) if args.shard is not None else None
     matrix, discovery = _load(args.matrix, args.repros_dir)
     opts = RunOptions(
         matrix=matrix,
@@ -239,8 +255,23 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
         cache_dir_given=args.cache_dir is not None,
         pins=_pins(args.pin),
         repros_dirs=tuple(d.resolve() for d in args.repros_dir),
+        shard=shard,
     )
     return execute(opts, console, argv)
+
+
+def _merge(args: argparse.Namespace, console: Console) -> int:
+    merged = merge_runs(args.out, args.shards)
+    print_summary(console, merged.records, merged.meta["excluded"])
+    for warning in merged.warnings:
+        console.print(f"warning: {warning}", highlight=False, markup=False)
+    console.print(f"merged {len(args.shards)} shards, {len(merged.records)} records → {args.out}", highlight=False)
+    try:  # the HTML report, where this checkout has the renderer
+        from harness.html_report import write_report
+    except ImportError:
+        return 0
+    console.print(f"report: {write_report(args.out)}", highlight=False, markup=False)
+    return 0
 
 
 def _run_records(directory: Path) -> list[dict]:
@@ -310,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bisect(args, console)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "merge":
+            return _merge(args, console)
         return _list(args, console)
     except UserError as exc:
         print(f"error: {exc.line()}", file=sys.stderr)

@@ -42,6 +42,7 @@ from harness.package_index import pip_index_config
 from harness.provenance import host_info
 from harness.repro_registry import BrokenRepro, Discovery, Repro
 from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, read_results, unobserved_record
+from harness.shard import Shard, assign, durations_from, shard_meta
 from harness.summary import print_summary
 from repros.common.spec import MODES
 
@@ -64,6 +65,10 @@ class RunOptions:
     #: Packages pinned over every selected cell's own spec (``--pin deepspeed==0.19.5``).
     pins: tuple[tuple[str, str], ...] = ()
     repros_dirs: tuple[Path, ...] = ()
+    #: Run only this shard of the plan (``--shard I/N``), balanced by ``reports_dir``'s history.
+    shard: Shard | None = None
+    #: The shard's items as first planned (``--resume`` keeps them, whatever the history says now).
+    shard_items: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class Plan:
     excluded: list[dict[str, Any]] = field(default_factory=list)
     #: Repro files that could not be loaded, with each cell they would have run in.
     broken: list[tuple[Cell, BrokenRepro]] = field(default_factory=list)
+    #: With ``--shard``: the whole plan and this shard's part of it (for ``run.json``).
+    shard: dict[str, Any] | None = None
 
 
 def _now() -> str:
@@ -139,7 +146,26 @@ def plan_items(opts: RunOptions) -> Plan:
                     continue
                 world_size = repro.spec.world_size or cell.world_size
                 plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size))
+    if opts.shard is not None:
+        _keep_shard(plan, opts, opts.shard)
     return plan
+
+
+def _broken_label(cell: Cell, broken: BrokenRepro) -> str:
+    return ItemId(cell.name, broken.id, "bug").label()
+
+
+def _keep_shard(plan: Plan, opts: RunOptions, shard: Shard) -> None:
+    """Keep only ``shard``'s part of the whole plan (see ``harness.shard``)."""
+    labels = [i.id.label() for i in plan.items] + [_broken_label(c, b) for c, b in plan.broken]
+    durations = durations_from(opts.reports_dir)
+    if opts.shard_items is not None:
+        mine = set(opts.shard_items)
+    else:
+        mine = set(assign(labels, durations, shard.count)[shard.index - 1])
+    plan.items = [i for i in plan.items if i.id.label() in mine]
+    plan.broken = [(c, b) for c, b in plan.broken if _broken_label(c, b) in mine]
+    plan.shard = shard_meta(shard, labels, [k for k in labels if k in mine], durations, opts.reports_dir)
 
 
 def prepare_out_dir(opts: RunOptions, run_id: str) -> Path:
@@ -267,6 +293,7 @@ def _options_record(opts: RunOptions) -> dict[str, Any]:
         "pins": [list(p) for p in opts.pins],
         "repros_dirs": [str(d) for d in opts.repros_dirs],
         "cache_dir": str(opts.cache_dir) if opts.cache_dir_given else None,
+        "shard": str(opts.shard) if opts.shard else None,
     }
 
 
@@ -355,6 +382,8 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
             "broken_repros": {k: v.reason for k, v in opts.discovery.broken.items()},
             "cells": {},
         }
+        if plan.shard is not None:
+            meta["shard"] = plan.shard
     done = {(r["cell"], r["repro"], r["mode"]) for r in records}
     todo = [i for i in plan.items if (i.cell.name, i.repro_id, i.mode) not in done]
     broken_todo = [(c, b) for c, b in plan.broken if (c.name, b.id, "bug") not in done]
@@ -363,6 +392,8 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
     for stem, broken in opts.discovery.broken.items():
         console.print(f"repro {stem} ({broken.module}) is broken: {broken.reason}", highlight=False, markup=False)
     verb = f"resuming {run_id}: {len(done)} items already done, " if resume else f"run {run_id}: "
+    if plan.shard is not None:
+        verb += f"shard {plan.shard['index']}/{plan.shard['count']} of {len(plan.shard['planned_all'])} items: "
     console.print(f"{verb}{len(todo)} items → {out}", highlight=False)
 
     by_cell: dict[str, list[PlannedItem]] = {}

@@ -1,0 +1,175 @@
+"""``merge OUT SHARD_DIR...``: the shards of one sharded run become one run directory.
+
+``OUT`` gets ``results.jsonl`` (every shard's records, in the order of the whole
+plan), ``run.json`` (each shard's provenance under ``shards``; hosts, cells and
+exclusions merged), ``junit.xml`` and the HTML report, so ``report`` and ``compare``
+treat it like any run. The shards must fit together: an item recorded by two
+shards, or shards that planned different wholes (they were balanced by different
+histories), is a usage error. Shards that are missing, or items no shard recorded,
+are listed in ``run.json`` (``incomplete``) and printed; they are not an error, so
+one lost runner still leaves a night's report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.junit import JUNIT_FILE, write_junit
+from harness.results import RESULTS_FILE, ResultsWriter, read_results
+from harness.shard import label, load_run_meta
+
+
+@dataclass
+class Merged:
+    out: Path
+    records: list[dict[str, Any]]
+    meta: dict[str, Any]
+    #: Lines for the user: missing shards, items no shard recorded.
+    warnings: list[str] = field(default_factory=list)
+
+
+def _key(record: dict[str, Any]) -> str:
+    return label(record["cell"], record["repro"], record["mode"])
+
+
+def _read_shard(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    path = directory / RESULTS_FILE
+    if not path.exists():
+        raise UserError(directory, RESULTS_FILE, "no results file here", "pass the output directory of each shard's run")
+    return read_results(path), load_run_meta(directory)
+
+
+def _check_shards(dirs: Sequence[Path], metas: Sequence[dict[str, Any]]) -> tuple[list[str] | None, list[str]]:
+    """The whole plan the shards agree on (None when none was sharded) and warnings."""
+    sharded = [(d, m["shard"]) for d, m in zip(dirs, metas, strict=True) if isinstance(m.get("shard"), dict)]
+    if not sharded:
+        return None, []
+    first_dir, first = sharded[0]
+    seen: dict[int, Path] = {}
+    for directory, shard in sharded:
+        if shard["count"] != first["count"] or shard["planned_all"] != first["planned_all"]:
+            raise UserError(
+                directory,
+                "run.json shard",
+                f"was planned as a different whole than {first_dir} (shard {shard['index']}/{shard['count']})",
+                "give every shard the same matrix, repros and --reports-dir history, then rerun the shards",
+            )
+        if shard["index"] in seen:
+            raise UserError(
+                directory,
+                "run.json shard",
+                f"is shard {shard['index']}/{shard['count']} again (also {seen[shard['index']]})",
+                "pass each shard's directory once",
+            )
+        seen[shard["index"]] = directory
+    missing = [i for i in range(1, first["count"] + 1) if i not in seen]
+    warnings = [f"shard {i}/{first['count']} missing" for i in missing]
+    return list(first["planned_all"]), warnings
+
+
+def _merged_cells(metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    cells: dict[str, Any] = {}
+    for meta in metas:
+        for name, cell in (meta.get("cells") or {}).items():
+            cells.setdefault(name, cell)
+    return cells
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
+    if not shard_dirs:
+        raise UserError("merge", "SHARD_DIR", "no shard directories given", "pass OUT and then each shard's directory")
+    if (out / RESULTS_FILE).exists():
+        raise UserError(out, RESULTS_FILE, "already holds the results of a run", "choose a new OUT directory")
+    loaded = [_read_shard(d) for d in shard_dirs]
+    metas = [meta for _, meta in loaded]
+    planned_all, warnings = _check_shards(shard_dirs, metas)
+
+    owner: dict[str, Path] = {}
+    records: list[dict[str, Any]] = []
+    for directory, (shard_records, _) in zip(shard_dirs, loaded, strict=True):
+        for record in shard_records:
+            key = _key(record)
+            if key in owner:
+                raise UserError(
+                    directory,
+                    RESULTS_FILE,
+                    f"records {key}, which {owner[key]} records too",
+                    "pass each shard's directory once, and only shards of one run",
+                )
+            owner[key] = directory
+            records.append(record)
+    if planned_all is not None:
+        position = {k: i for i, k in enumerate(planned_all)}
+        records.sort(key=lambda r: position.get(_key(r), len(position)))
+        not_run = [k for k in planned_all if k not in owner]
+        if not_run:
+            warnings.append(f"{len(not_run)} planned items have no record: {', '.join(not_run[:10])}")
+    else:
+        not_run = []
+
+    excluded: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for meta in metas:
+        for item in meta.get("excluded") or []:
+            excluded.setdefault((item["cell"], item["repro"], item["mode"]), item)
+
+    run_id = "merged-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    first = metas[0] if metas else {}
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "merged_at": _now(),
+        "started_at": min((m["started_at"] for m in metas if m.get("started_at")), default=None),
+        "finished_at": max((m["finished_at"] for m in metas if m.get("finished_at")), default=None),
+        "matrix": first.get("matrix"),
+        "lane": first.get("lane"),
+        "harness_version": first.get("harness_version"),
+        "git_commit": first.get("git_commit"),
+        "planned": planned_all if planned_all is not None else [_key(r) for r in records],
+        "excluded": list(excluded.values()),
+        "cells": _merged_cells(metas),
+        "hosts": [m.get("host") for m in metas],
+        "shards": [
+            {
+                "dir": str(directory),
+                "run_id": m.get("run_id"),
+                "shard": (m.get("shard") or {}).get("index"),
+                "items": len(shard_records),
+                "host": m.get("host"),
+                "git_commit": m.get("git_commit"),
+                "matrix": m.get("matrix"),
+                "started_at": m.get("started_at"),
+                "finished_at": m.get("finished_at"),
+                "interrupted": m.get("interrupted"),
+            }
+            for directory, (shard_records, m) in zip(shard_dirs, loaded, strict=True)
+        ],
+    }
+    commits = {m.get("git_commit") for m in metas}
+    if len(commits) > 1:
+        warnings.append(f"shards ran different commits: {', '.join(sorted(str(c) for c in commits))}")
+    if warnings:
+        meta["incomplete"] = {"warnings": warnings, "not_run": not_run}
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(out, "OUT", f"cannot be created ({exc.strerror})", "choose a directory you can write to") from None
+    with ResultsWriter(out / RESULTS_FILE) as writer:
+        for record in records:
+            writer.append(record)
+    tmp = out / "run.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, out / "run.json")
+    write_junit(out / JUNIT_FILE, run_id, records, meta["excluded"])
+    return Merged(out=out, records=records, meta=meta, warnings=warnings)
