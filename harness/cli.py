@@ -21,6 +21,7 @@ from harness.bisect import BisectOptions, execute_bisect
 from harness.compare import NEW_REGRESSION, Thresholds, compare_runs, markdown
 from harness.environments import default_cache_dir
 from harness.errors import EXIT_USAGE, UserError
+from harness.html_report import write_report
 from harness.matrix import Matrix, load_matrix
 from harness.merge import merge_runs
 from harness.repro_registry import Discovery, discover
@@ -130,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         help="smallest step-time change flagged, ms (default: %(default)s)",
     )
 
-    report = sub.add_parser("report", help="print the summary of a finished run again")
+    report = sub.add_parser("report", help="print a run's summary again and write its HTML report DIR/index.html")
     report.add_argument("dir", type=Path)
 
     listing = sub.add_parser("list", help="list the repros and the matrix's cells and lanes")
@@ -304,7 +305,10 @@ def _report(args: argparse.Namespace, console: Console) -> int:
             args.dir, RESULTS_FILE, "no results file here", "pass the directory of a run (reports/<run-id>)"
         )
     records = read_results(path)
-    print_summary(console, records)
+    run_json = args.dir / "run.json"
+    meta = json.loads(run_json.read_text()) if run_json.exists() else {}
+    print_summary(console, records, meta.get("excluded") or [])
+    console.print(f"report: {write_report(args.dir)}", highlight=False, markup=False)
     return 0 if records and all(r.get("matched") for r in records) else 1
 
 

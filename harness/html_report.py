@@ -104,7 +104,7 @@ def verdict(record: dict[str, Any]) -> str:
 
 
 def _matrix(
-    records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]], planned: Sequence[str]
+    records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]], planned: Sequence[str], finished: bool
 ) -> tuple[list[str], list[tuple[str, str, list[Entry]]]]:
     keys: list[tuple[str, str, str]] = [(r["cell"], r["repro"], r["mode"]) for r in records]
     keys += [(e["cell"], e["repro"], e["mode"]) for e in excluded]
@@ -126,7 +126,8 @@ def _matrix(
             elif key in excluded_by:
                 entries.append(Entry("excluded", reason=str(excluded_by[key].get("reason") or "")))
             elif key in unrun:
-                entries.append(Entry("not-run", reason="planned, but the run ended before it"))
+                why = "planned, but the run ended before it" if finished else "planned, no record yet"
+                entries.append(Entry("not-run", reason=why))
             else:
                 entries.append(Entry("none"))
         table.append((repro, mode, entries))
@@ -164,7 +165,8 @@ def render_report(
     """The page for ``records`` of the run described by ``meta`` (run.json)."""
     records = [normalised(r) for r in records]
     excluded = list(meta.get("excluded") or [])
-    cells, table = _matrix(records, excluded, [p for p in meta.get("planned") or [] if isinstance(p, str)])
+    planned = [p for p in meta.get("planned") or [] if isinstance(p, str)]
+    cells, table = _matrix(records, excluded, planned, finished=bool(meta.get("finished_at")))
     priced, unpriced = guard_costs(records)
     script = _static("report.js")
     plots = {
@@ -181,6 +183,7 @@ def render_report(
         table=table,
         mismatches=[(i, r) for i, r in enumerate(records) if not r.get("matched")],
         matched=sum(1 for r in records if r.get("matched")),
+        unrun=sum(1 for _, _, entries in table for e in entries if e.kind == "not-run"),
         cell_versions=_cell_versions(records, meta),
         priced=priced,
         unpriced=unpriced,

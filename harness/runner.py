@@ -34,6 +34,7 @@ from harness.environments import (
 )
 from harness.errors import UserError
 from harness.expectations import expectation_for
+from harness.html_report import write_report
 from harness.junit import JUNIT_FILE, write_junit
 from harness.launch import launch_item
 from harness.matrix import Cell, Matrix
@@ -472,6 +473,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
     write_junit(out / JUNIT_FILE, run_id, records, plan.excluded)
     print_summary(console, records, plan.excluded)
     console.print(f"results: {out / RESULTS_FILE}", highlight=False)
+    console.print(f"report: {write_report(out)}", highlight=False, markup=False)
     if interrupted:
         left = len(plan.items) + len(plan.broken) - len(records)
         console.print(
