@@ -37,6 +37,7 @@ class Page(HTMLParser):
         super().__init__()
         self.body: dict[str, str | None] = {}
         self.rows: list[list[str]] = []
+        self.open_details: list[str] = []
         self._in_matrix = False
         self._in_summary = 0
         self._cell: list[str] | None = None
@@ -51,6 +52,8 @@ class Page(HTMLParser):
             self.rows.append([])
         elif self._in_matrix and tag in ("td", "th"):
             self._cell = []
+        elif tag == "details" and "open" in attributes:
+            self.open_details.append(attributes.get("id") or "")
         elif self._in_matrix and tag == "div" and "details" in (attributes.get("class") or ""):
             self._in_summary += 1  # inside an entry's details: not the table's own text
 
@@ -67,7 +70,8 @@ class Page(HTMLParser):
             self._cell.append(data)
 
 
-def chromium(url: str, screenshot: Path) -> subprocess.CompletedProcess[str]:
+def chromium(url: str, screenshot: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Chromium's DOM of ``url`` after its scripts ran (and a screenshot of its top)."""
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         return subprocess.run(
             [
@@ -85,7 +89,7 @@ def chromium(url: str, screenshot: Path) -> subprocess.CompletedProcess[str]:
                 "--enable-logging=stderr",
                 f"--user-data-dir={profile}",
                 "--window-size=1400,2400",
-                f"--screenshot={screenshot}",
+                *([f"--screenshot={screenshot}"] if screenshot else []),
                 "--dump-dom",
                 url,
             ],
@@ -118,6 +122,7 @@ def test_report_renders_in_chromium_without_script_errors(tmp_path: Path) -> Non
     assert dom.body.get("data-report-ready") == "12", done.stdout[:2000]
     assert "data-script-error" not in dom.body, dom.body["data-script-error"]
     assert "data-injected" not in dom.body
+    assert dom.open_details == []
     console_errors = [
         line
         for line in done.stderr.splitlines()
@@ -139,3 +144,9 @@ def test_report_renders_in_chromium_without_script_errors(tmp_path: Path) -> Non
     # The injected message reached the page as text, never as markup.
     assert "&lt;script&gt;document.body.setAttribute" in done.stdout
     assert screenshot.exists() and screenshot.stat().st_size > 10_000
+    # A link to an entry opens its details (the page's script does): here the injected message's.
+    linked = chromium(page.as_uri() + "#item-6")
+    assert linked.returncode == 0, linked.stderr[-3000:]
+    opened = Page()
+    opened.feed(linked.stdout)
+    assert opened.open_details == ["item-6"] and "data-script-error" not in opened.body
