@@ -137,9 +137,9 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
             return Observation(INFRA, error=info, reasons=(f"rank {rank} failed in {rec.get('phase')}: {info.type}",))
     if errors:
         if mode == "bug":
-            for _, info, _ in errors:
+            for _, info, rec in errors:
                 for sig in spec.signatures:
-                    if sig.matches(info.type, info.message):
+                    if sig.matches(info.type, info.message, rec.get("scenario_facts")):
                         return Observation(REPRODUCED, signature=sig.id, error=info)
             return Observation(DIFFERENT_ERROR, error=errors[0][1])
         return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))

@@ -1,28 +1,42 @@
-"""The fixed trainer: a small LoRA trainer that works around the documented failures.
+"""The fixed trainer: a small LoRA / QLoRA / DoRA trainer that works around the documented failures.
 
-A scenario describes what a user asks for (adapter, ZeRO stage, checkpointing...).
-``choose_guards`` looks at the scenario and the installed versions and returns the
-workarounds that apply; ``train`` runs the scenario with the guards it is given and
-reports what happened: the loss per step, each adapter parameter's gradient norm
-per step, and how far each adapter weight moved. A repro's ``bug`` mode calls
-``train`` with no guards (the documented configuration as users wrote it), its
-``fixed`` mode with ``choose_guards``'s list. Whether the run counts as trained is
-judged by the orchestrator from those facts, not here.
+A ``Scenario`` describes what a user asks for (engine, adapter, quantization, ZeRO stage,
+checkpointing...). ``choose_guards`` looks at the scenario and the installed versions and
+returns the workarounds that apply; ``train`` runs the scenario with the guards it is given
+and reports what happened: the loss per step, each adapter parameter's gradient norm per
+step, and how far each adapter weight moved. A repro's ``bug`` mode calls ``train`` with no
+guards (the documented configuration as users wrote it), its ``fixed`` mode with
+``choose_guards``'s list. Whether the run counts as trained is judged by the orchestrator
+from those facts, not here.
 
 Guards (each recorded by id in the result):
 - ``use-cache-off``: under gradient checkpointing, ``config.use_cache = False``.
 - ``zero3-reentrant-checkpointing``: ZeRO-3 with frozen base weights and non-reentrant
-  checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to
-  ``[0]`` before torch checks the recompute (F1); checkpoint reentrantly instead.
+  checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to ``[0]``
+  before torch checks the recompute (F1); checkpoint reentrantly instead.
 - ``input-require-grads``: under reentrant checkpointing with a frozen embedding no
-  checkpointed block's input requires grad, so the adapters inside get none (F5);
-  make the embedding output require grad.
+  checkpointed block's input requires grad, so the adapters inside get none (F5); make the
+  embedding output require grad.
+- ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
+  checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
+  cast fix (F2); put the root module under the same mixed-precision policy as the layers,
+  so every tensor that enters a layer has the one compute dtype.
+- ``peft-model-wrap``: a quantized HF model with an adapter added by ``add_adapter`` goes to
+  the engine as a raw HF model, whose ``.to`` transformers refuses (F3); wrap it in a
+  ``PeftModel`` instead.
+- ``bnb-cpu-no-repack``: bitsandbytes on an AVX512-BF16 CPU repacks 4-bit weights in place
+  after an eval-mode forward, after which dequantize/merge return wrong weights; turn the
+  repacking off on every ``Linear4bit``.
+- ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
+  names (F4); merge the adapters into the base (dequantizing first when quantized), load
+  strictly, and check the logits against the trained model.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Any
 
@@ -34,22 +48,51 @@ from repros.common.tiny_models import fixed_batch, tiny_qwen2
 #: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
 #: frozen params"). Established by running F1 (see repros/f1_zero3_frozen_ckpt.py).
 DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
+#: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
+TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
+
+ENGINES = ("deepspeed", "fsdp2", "ddp")
 
 
 @dataclass(frozen=True)
 class Scenario:
+    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``) or ``ddp``.
+    engine: str = "deepspeed"
     zero_stage: int = 3
     bf16: bool = True
+    #: ``lora`` or ``dora`` (PEFT's ``use_dora``).
+    adapter: str = "lora"
+    #: ``peft``, or ``dschat``: DeepSpeed-Chat's own LoRA layers (``LinearLayer_LoRA``).
+    lora_impl: str = "peft"
+    #: How a PEFT adapter is attached: ``get_peft_model`` (a ``PeftModel``) or the HF
+    #: model's own ``add_adapter`` (the model stays a raw HF model).
+    peft_wrapping: str = "peft_model"
+    #: ``None``, ``nf4`` (4-bit) or ``int8`` (8-bit), through bitsandbytes.
+    quantization: str | None = None
     gradient_checkpointing: bool = True
-    use_reentrant: bool = False
+    #: ``None``: call ``gradient_checkpointing_enable()`` with no arguments (the library's default).
+    use_reentrant: bool | None = False
     use_cache: bool | None = None  # None: leave the model config's default
     input_require_grads: bool = False
+    #: FSDP2 only: also put the root module under the layers' mixed-precision policy.
+    fsdp_root_mixed_precision: bool = False
+    #: After training, sync the weights into an inference target (F4).
+    sync_weights: bool = False
+    merge_before_sync: bool = False
+    #: ZeRO-3 only: DeepSpeed's ``stage3_param_persistence_threshold`` (``None``: its default,
+    #: 1e5 elements, which keeps every parameter of a tiny model whole; 0 partitions them all).
+    zero3_persistence_threshold: int | None = None
+    bnb_no_repack: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     learning_rate: float = 1e-2
     batch_size: int = 2
     seq_len: int = 16
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; known: {ENGINES}")
 
 
 @dataclass(frozen=True)
@@ -65,14 +108,25 @@ def _version(package: str) -> Version | None:
         return None
 
 
+def checkpoints_reentrantly(scenario: Scenario) -> bool:
+    """Whether the scenario's checkpointing is reentrant, the library default resolved."""
+    if not scenario.gradient_checkpointing:
+        return False
+    if scenario.use_reentrant is not None:
+        return scenario.use_reentrant
+    transformers = _version("transformers")
+    return transformers is None or transformers < TRANSFORMERS_NON_REENTRANT_DEFAULT
+
+
 def choose_guards(scenario: Scenario) -> list[Guard]:
     guards: list[Guard] = []
     if scenario.gradient_checkpointing and scenario.use_cache is not False:
         guards.append(Guard("use-cache-off", "KV cache is useless and harmful under gradient checkpointing"))
     deepspeed = _version("deepspeed")
-    reentrant = scenario.use_reentrant
+    reentrant = checkpoints_reentrantly(scenario)
     if (
-        scenario.zero_stage == 3
+        scenario.engine == "deepspeed"
+        and scenario.zero_stage == 3
         and scenario.gradient_checkpointing
         and not reentrant
         and deepspeed is not None
@@ -92,97 +146,298 @@ def choose_guards(scenario: Scenario) -> list[Guard]:
                 "input-require-grads", "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)"
             )
         )
+    if scenario.engine == "fsdp2" and scenario.bf16 and not scenario.fsdp_root_mixed_precision:
+        guards.append(
+            Guard(
+                "fsdp-uniform-dtypes",
+                "float32 tensors entering a checkpointed bf16 FSDP layer may be recomputed in another dtype (F2)",
+            )
+        )
+    if scenario.quantization and scenario.peft_wrapping != "peft_model":
+        guards.append(
+            Guard("peft-model-wrap", "engines call .to on a raw HF model, which transformers refuses when quantized (F3)")
+        )
+    if scenario.quantization == "nf4" and not scenario.bnb_no_repack:
+        guards.append(
+            Guard("bnb-cpu-no-repack", "bitsandbytes' CPU repacking of 4-bit weights corrupts dequantize/merge")
+        )
+    if scenario.sync_weights and not scenario.merge_before_sync:
+        guards.append(
+            Guard("merge-before-sync", "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)")
+        )
     return guards
 
 
 def apply_guards(scenario: Scenario, guards: list[Guard]) -> Scenario:
-    ids = {g.id for g in guards}
-    if "use-cache-off" in ids:
-        scenario = replace(scenario, use_cache=False)
-    if "zero3-reentrant-checkpointing" in ids:
-        scenario = replace(scenario, use_reentrant=True)
-    if "input-require-grads" in ids:
-        scenario = replace(scenario, input_require_grads=True)
-    return scenario
+    changes: dict[str, Any] = {}
+    for guard in guards:
+        changes.update(_GUARD_EFFECTS[guard.id])
+    return replace(scenario, **changes)
 
 
-def _build_model(scenario: Scenario) -> Any:
-    from peft import LoraConfig, get_peft_model
+_GUARD_EFFECTS: dict[str, dict[str, Any]] = {
+    "use-cache-off": {"use_cache": False},
+    "zero3-reentrant-checkpointing": {"use_reentrant": True},
+    "input-require-grads": {"input_require_grads": True},
+    "fsdp-uniform-dtypes": {"fsdp_root_mixed_precision": True},
+    "peft-model-wrap": {"peft_wrapping": "peft_model"},
+    "bnb-cpu-no-repack": {"bnb_no_repack": True},
+    "merge-before-sync": {"merge_before_sync": True},
+}
 
-    model = tiny_qwen2()
+
+# --------------------------------------------------------------------------- the model
+
+
+def build_model(scenario: Scenario) -> Any:
+    """The tiny base model with its adapters, checkpointing configured as the scenario says."""
+    if scenario.quantization:
+        from repros.common.quantized import load_quantized_tiny_qwen2
+
+        model = load_quantized_tiny_qwen2(scenario.quantization, no_repack=scenario.bnb_no_repack)
+    else:
+        model = tiny_qwen2()
     if scenario.use_cache is not None:
         model.config.use_cache = scenario.use_cache
-    lora = LoraConfig(
-        r=scenario.lora_r,
-        lora_alpha=scenario.lora_alpha,
-        target_modules=list(scenario.target_modules),
-        lora_dropout=0.0,
-        task_type="CAUSAL_LM",
-    )
-    model = get_peft_model(model, lora)
+    if scenario.lora_impl == "dschat":
+        from repros.common.dschat_lora import convert_linear_layer_to_lora, only_optimize_lora_parameters
+
+        model = convert_linear_layer_to_lora(model, scenario.target_modules, scenario.lora_r)
+        model = only_optimize_lora_parameters(model)
+    else:
+        model = _attach_peft_adapter(model, scenario)
     if scenario.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
+        if scenario.use_reentrant is None:
+            model.gradient_checkpointing_enable()
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
     if scenario.input_require_grads:
         model.enable_input_require_grads()
     return model
 
 
-def _deepspeed_config(scenario: Scenario) -> dict[str, Any]:
+def _attach_peft_adapter(model: Any, scenario: Scenario) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=scenario.lora_r,
+        lora_alpha=scenario.lora_alpha,
+        target_modules=list(scenario.target_modules),
+        lora_dropout=0.0,
+        use_dora=scenario.adapter == "dora",
+        task_type="CAUSAL_LM",
+    )
+    if scenario.peft_wrapping == "add_adapter":
+        model.add_adapter(lora)
+        return model
+    if scenario.quantization:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    return get_peft_model(model, lora)
+
+
+def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
+    """What a failure's signature may need to know about the run besides its message."""
+    embedding = model.get_input_embeddings()
     return {
-        "train_micro_batch_size_per_gpu": scenario.batch_size,
-        "gradient_accumulation_steps": 1,
-        "bf16": {"enabled": scenario.bf16},
-        "zero_optimization": {"stage": scenario.zero_stage},
-        "steps_per_print": 10**9,
+        "engine": scenario.engine,
+        "adapter": scenario.adapter,
+        "lora_impl": scenario.lora_impl,
+        "quantization": scenario.quantization,
+        "trainable_parameters": sum(p.numel() for _, p in adapter_parameters(model)),
+        "frozen_embedding": not any(p.requires_grad for p in embedding.parameters()),
+        "checkpointing": (
+            ("reentrant" if checkpoints_reentrantly(scenario) else "non-reentrant")
+            if scenario.gradient_checkpointing
+            else "off"
+        ),
+        "input_require_grads": scenario.input_require_grads,
     }
 
 
-def _full_param(param: Any) -> Any:
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    value = safe_get_full_fp32_param(param)
-    return None if value is None else value.detach().float().clone()
+def adapter_parameters(model: Any) -> list[tuple[str, Any]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
-def _full_grad_norm(param: Any) -> float | None:
-    from deepspeed.utils import safe_get_full_grad
-
-    grad = safe_get_full_grad(param)
-    return None if grad is None else float(grad.detach().float().norm())
+# --------------------------------------------------------------------------- engines
 
 
-def train_deepspeed(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> None:
-    """Train ``scenario`` with DeepSpeed for ``ctx.steps`` steps; facts go to ``ctx.facts``."""
-    import deepspeed
-    import torch
+@dataclass
+class Trained:
+    """What ``train`` leaves behind: the wrapped model (a DeepSpeed engine, an FSDP2
+    module or a DDP module), the bare model inside it, and the batch it trained on."""
 
+    engine: str
+    wrapped: Any
+    model: Any
+    batch: Any
+    losses: list[float] = field(default_factory=list)
+
+
+class _Engine:
+    """The few operations the loop needs, per engine."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        self.scenario, self.ctx, self.model = scenario, ctx, model
+
+    def forward(self, batch: Any) -> Any:
+        return self.wrapped(input_ids=batch, labels=batch).loss
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def full_param(self, param: Any) -> Any:
+        return param.detach().float().clone()
+
+    def full_grad_norm(self, param: Any) -> float | None:
+        return None if param.grad is None else float(param.grad.detach().float().norm())
+
+    wrapped: Any
+    optimizer: Any
+
+
+class _DeepSpeedEngine(_Engine):
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import deepspeed
+        import torch
+
+        super().__init__(scenario, ctx, model)
+        # A torch optimizer as the client optimizer: no fused/cpu Adam JIT build.
+        optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        zero: dict[str, Any] = {"stage": scenario.zero_stage}
+        if scenario.zero3_persistence_threshold is not None:
+            zero["stage3_param_persistence_threshold"] = scenario.zero3_persistence_threshold
+        config = {
+            "train_micro_batch_size_per_gpu": scenario.batch_size,
+            "gradient_accumulation_steps": 1,
+            "bf16": {"enabled": scenario.bf16},
+            "zero_optimization": zero,
+            "steps_per_print": 10**9,
+        }
+        self.wrapped, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+
+    def backward(self, loss: Any) -> None:
+        self.wrapped.backward(loss)
+
+    def step(self) -> None:
+        self.wrapped.step()
+
+    def full_param(self, param: Any) -> Any:
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        value = safe_get_full_fp32_param(param)
+        return None if value is None else value.detach().float().clone()
+
+    def full_grad_norm(self, param: Any) -> float | None:
+        from deepspeed.utils import safe_get_full_grad
+
+        grad = safe_get_full_grad(param)
+        return None if grad is None else float(grad.detach().float().norm())
+
+
+class _DDPEngine(_Engine):
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        super().__init__(scenario, ctx, model)
+        model.to(ctx.device)
+        self.wrapped = DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None)
+        self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self._autocast = scenario.bf16
+
+    def forward(self, batch: Any) -> Any:
+        import torch
+
+        with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
+            return self.wrapped(input_ids=batch, labels=batch).loss
+
+
+class _FSDP2Engine(_Engine):
+    """torch's ``fully_shard`` on each decoder layer and the root, bf16 mixed precision on
+    the layers (and on the root only when ``fsdp_root_mixed_precision``), CPU/CUDA autocast on."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+
+        from repros.common.fsdp2 import fully_shard, mixed_precision_policy
+
+        super().__init__(scenario, ctx, model)
+        model.to(ctx.device)
+        policy = mixed_precision_policy(torch.bfloat16) if scenario.bf16 else None
+        for layer in _decoder_layers(model):
+            fully_shard(layer, **({"mp_policy": policy} if policy else {}))
+        root_policy = policy if scenario.fsdp_root_mixed_precision else None
+        fully_shard(model, **({"mp_policy": root_policy} if root_policy else {}))
+        self.wrapped = model
+        self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self._autocast = scenario.bf16
+
+    def forward(self, batch: Any) -> Any:
+        import torch
+
+        with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
+            return self.wrapped(input_ids=batch, labels=batch).loss
+
+    def full_param(self, param: Any) -> Any:
+        full = param.full_tensor() if hasattr(param, "full_tensor") else param
+        return full.detach().float().clone()
+
+    def full_grad_norm(self, param: Any) -> float | None:
+        grad = param.grad
+        if grad is None:
+            return None
+        full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        return float(full.detach().float().norm())
+
+
+def _decoder_layers(model: Any) -> Iterator[Any]:
+    for module in model.modules():
+        if type(module).__name__.endswith("DecoderLayer"):
+            yield module
+
+
+_ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
+    "deepspeed": _DeepSpeedEngine,
+    "fsdp2": _FSDP2Engine,
+    "ddp": _DDPEngine,
+}
+
+
+def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
+    """Train ``scenario`` (with ``guards`` applied) for ``ctx.steps`` steps; facts go to ``ctx.facts``."""
     effective = apply_guards(scenario, guards)
     ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
-    model = _build_model(effective)
-    adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    # A torch optimizer as the client optimizer: no fused/cpu Adam JIT build.
-    optimizer = torch.optim.AdamW([p for _, p in adapters], lr=effective.learning_rate)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=_deepspeed_config(effective))
+    model = build_model(effective)
+    ctx.facts["scenario_facts"] = scenario_facts(effective, model)
+    engine = _ENGINES[effective.engine](effective, ctx, model)
+    # Read after wrapping: FSDP2 replaces each parameter with its sharded DTensor.
+    adapters = adapter_parameters(model)
     batch = fixed_batch(ctx.rank, effective.batch_size, effective.seq_len).to(ctx.device)
 
-    before = {name: _full_param(p) for name, p in adapters}
+    before = {name: engine.full_param(p) for name, p in adapters}
     losses: list[float] = []
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
-    engine.train()
+    engine.wrapped.train()
     for _ in range(ctx.steps):
         ctx.clock.resume()
-        loss = engine(input_ids=batch, labels=batch).loss
+        loss = engine.forward(batch)
         engine.backward(loss)
         ctx.clock.pause()
-        # Gradient probes are collectives under ZeRO: every rank takes them, untimed.
+        # Gradient probes are collectives under ZeRO and FSDP: every rank takes them, untimed.
         for name, param in adapters:
-            grad_norms[name].append(_full_grad_norm(param))
+            grad_norms[name].append(engine.full_grad_norm(param))
         ctx.clock.resume()
         engine.step()
         ctx.clock.pause()
         ctx.clock.end_step()
         losses.append(float(loss.detach().float()))
-    after = {name: _full_param(p) for name, p in adapters}
+    after = {name: engine.full_param(p) for name, p in adapters}
 
     ctx.facts["train"] = {
         "losses": [_json_number(v) for v in losses],
@@ -194,6 +449,12 @@ def train_deepspeed(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -
             for name, _ in adapters
         },
     }
+    return Trained(engine=effective.engine, wrapped=engine.wrapped, model=model, batch=batch, losses=losses)
+
+
+def train_deepspeed(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
+    """``train`` for a DeepSpeed scenario (kept for the repros written against it)."""
+    return train(replace(scenario, engine="deepspeed"), ctx, guards)
 
 
 def _json_number(value: float | None) -> float | str | None:

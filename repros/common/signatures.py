@@ -70,3 +70,21 @@ def recomputed_shapes_are_empty(message: str) -> bool:
         if pair.saved.dtype != pair.recomputed.dtype or pair.saved.device != pair.recomputed.device:
             return False
     return True
+
+
+def recomputed_dtype_float32_bfloat16(message: str) -> bool:
+    """F2's symptom: at least one listed tensor was saved in one of float32 / bfloat16 and
+    recomputed in the other, with the same shape; no pair differs in shape."""
+    pairs = metadata_mismatches(message)
+    if not pairs:
+        return False
+    mixed = {"torch.float32", "torch.bfloat16"}
+    found = False
+    for pair in pairs:
+        if pair.saved.shape != pair.recomputed.shape:
+            return False
+        if pair.saved.dtype != pair.recomputed.dtype:
+            if {pair.saved.dtype, pair.recomputed.dtype} != mixed:
+                return False
+            found = True
+    return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Modes a repro can run in. ``bug`` runs the documented configuration, ``fixed``
 #: runs the fixed trainer on the same scenario.
@@ -18,6 +19,10 @@ MODES = ("bug", "fixed")
 #: A check on the full text of an exception message; True when the text shows
 #: the documented symptom.
 MessageCheck = Callable[[str], bool]
+#: A check on the facts the failing rank recorded about its scenario (``scenario_facts``
+#: in its record, e.g. how many parameters were trainable); True when they fit the failure. It
+#: tells apart failures that raise the same text for different reasons.
+FactsCheck = Callable[[Mapping[str, Any]], bool]
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,8 @@ class Signature:
     ``exception`` is the fully qualified type name the rank recorded (its module
     plus qualified name); ``aliases`` lists other names the same class is known by
     in other library versions. ``pattern`` is a regular expression searched in the
-    message; every one of ``checks`` must also hold for the signature to count.
+    message; every one of ``checks`` must also hold for the signature to count, and
+    every one of ``facts_checks`` on the scenario facts the failing rank recorded.
     """
 
     id: str
@@ -36,13 +42,16 @@ class Signature:
     checks: tuple[MessageCheck, ...] = ()
     aliases: tuple[str, ...] = ()
     description: str = ""
+    facts_checks: tuple[FactsCheck, ...] = ()
 
-    def matches(self, exception_type: str, message: str) -> bool:
+    def matches(self, exception_type: str, message: str, facts: Mapping[str, Any] | None = None) -> bool:
         if exception_type != self.exception and exception_type not in self.aliases:
             return False
         if not re.search(self.pattern, message, flags=re.MULTILINE):
             return False
-        return all(check(message) for check in self.checks)
+        if not all(check(message) for check in self.checks):
+            return False
+        return all(check(facts or {}) for check in self.facts_checks)
 
 
 @dataclass(frozen=True)
