@@ -1,9 +1,12 @@
-"""pytest glue for the harness's own tests.
+"""pytest glue for the harness's own tests, and the repros as test items.
 
 Options:
   --no-integration   skip the tests that build real environments and launch real ranks
   --harness-cache    environment cache for those tests (default: the harness's own default,
                      so `make run` and `make test` share environments)
+
+The repros become test items only when asked for (``pytest repros/ --cell passthrough``,
+``pytest --lane ci -n 2``): see harness/pytest_plugin.py for its options and markers.
 """
 
 from __future__ import annotations
@@ -11,6 +14,12 @@ from __future__ import annotations
 import os
 
 import pytest
+
+# harness.pytest_plugin is a pytest11 entry point (pyproject.toml), so its options parse
+# even when the first path on the command line lies outside this repository (a matrix
+# file of one's own); where plugin autoload is off, this conftest registers it instead.
+if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    pytest_plugins = ["harness.pytest_plugin"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,0 +1,460 @@
+"""pytest plugin: the repros as test items, one per cell x repro x mode.
+
+    pytest repros/ --cell passthrough            # the runner's own stack (a GPU runner)
+    pytest --matrix matrix.yaml --lane ci -n 2   # built environments, spread over workers
+
+Items are planned by ``harness.runner.plan_items`` and run by ``observe_item``, like
+``python -m harness run``: the same records, outcomes and expectations. An item
+passes when its observation matches its expectation; its failure shows the
+outcome, the signature or error, each rank's log tail and the command that reruns
+it. Excluded items are skipped with their reason. Records go to
+``<--repro-out>/results.jsonl`` as each item finishes (from every xdist worker),
+with ``run.json`` and the harness's own ``junit.xml`` beside it, so ``report`` and
+``compare`` read a pytest run like any run; ``--junitxml`` works as usual.
+
+Repro items are only collected when asked for: one of ``--matrix``, ``--lane``,
+``--cell``, ``--repros`` is given, or a path on the command line lies in a repro
+directory. Without a path, they replace ``testpaths`` (the harness's own tests).
+
+Markers: ``world_size(n)`` (ranks the item launches) and ``gpus(n)`` (GPUs it needs;
+put on repro items where GPUs are visible, one per rank). An item needing more GPUs
+than are visible is skipped with the reason. Under pytest-xdist each item leases
+its own GPUs for its run (``harness.gpu_lease``, ``CUDA_VISIBLE_DEVICES``), a cell's
+items form one ``xdist_group`` (``-n`` alone switches to ``--dist loadgroup``) so a
+worker resolves each environment once, and torchrun's ``--standalone`` rendezvous
+takes a port the OS picks, so concurrent items never share one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from harness import __version__
+from harness.environments import Environment, EnvironmentUnavailable, UvEnvironments, default_cache_dir
+from harness.errors import UserError
+from harness.gpu_lease import lease, visible_devices, visible_gpus
+from harness.junit import JUNIT_FILE, write_junit
+from harness.package_index import pip_index_config
+from harness.provenance import host_info
+from harness.repro_registry import BrokenRepro, Discovery, discover
+from harness.results import RESULTS_FILE, ResultsWriter, read_results
+from harness.runner import (
+    REPO_ROOT,
+    Plan,
+    PlannedItem,
+    RunOptions,
+    _broken_record,
+    _git_commit,
+    _options_record,
+    _write_run_json,
+    environment_for,
+    new_run_id,
+    observe_item,
+    plan_items,
+    repro_command,
+)
+from harness.summary import results_table
+from repros.common.spec import MODES
+
+STATE = pytest.StashKey["ReproSession"]()
+WORKER_INPUT = "ft_regress"
+SELECTING_OPTIONS = ("matrix", "lane", "cell", "repros")
+#: Lines of each rank's log shown in a failure.
+TAIL_LINES = 25
+
+
+def _csv(values: list[str] | None) -> tuple[str, ...]:
+    return tuple(v.strip() for value in values or [] for v in value.split(",") if v.strip())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ft-regress repros", "run the repros as test items (see harness/pytest_plugin.py)")
+    group.addoption("--matrix", dest="ft_matrix", help="matrix file (default: the repository's matrix.yaml)")
+    group.addoption("--lane", dest="ft_lane", help="run the cells of this lane (default: the matrix's default_lane)")
+    group.addoption("--cell", dest="ft_cell", action="append", help="cell name(s), comma-separated, repeatable")
+    group.addoption("--repros", dest="ft_repros", action="append", help="repro ids, comma-separated, e.g. F1,F5")
+    group.addoption("--modes", dest="ft_modes", action="append", help=f"modes (default: {','.join(MODES)})")
+    group.addoption("--repros-dir", dest="ft_repros_dir", action="append", default=[], help="also load repros here")
+    group.addoption("--repro-out", dest="ft_out", help="where the records go (default: reports/pytest-<run-id>)")
+    parser.addini("ft_regress_reports", "directory for repro runs' output", default="reports")
+
+
+@dataclass
+class ReproSession:
+    """What one pytest process (the controller or an xdist worker) knows of the repro run."""
+
+    config: pytest.Config
+    opts: RunOptions
+    plan: Plan
+    run_id: str
+    out: Path
+    is_worker: bool
+    gpus: list[str]
+    envs: dict[str, tuple[Environment | None, str]] = field(default_factory=dict)
+    builder: UvEnvironments | None = None
+    writer: ResultsWriter | None = None
+
+    def environment(self, item: PlannedItem) -> tuple[Environment | None, str]:
+        """The cell's environment, resolved (built if need be) once per process."""
+        name = item.cell.name
+        if name not in self.envs:
+            assert self.opts.cache_dir is not None
+            if self.builder is None:
+                self.builder = UvEnvironments(self.opts.cache_dir, pip_index_config())
+            try:
+                self.envs[name] = (environment_for(item.cell, self.builder, self.opts.cache_dir), "")
+            except EnvironmentUnavailable as exc:
+                self.envs[name] = (None, exc.reason)
+        return self.envs[name]
+
+    def append(self, record: dict[str, Any]) -> None:
+        if self.writer is None:
+            self.writer = ResultsWriter(self.out / RESULTS_FILE)
+        self.writer.append(record)
+
+    def repro_files(self) -> dict[Path, str]:
+        """Each repro file this run plans items of, by resolved path: the repro id or broken stem."""
+        files: dict[Path, str] = {}
+        for repro in self.opts.discovery.repros.values():
+            files[_module_path(repro.module)] = repro.id
+        for stem, broken in self.opts.discovery.broken.items():
+            files[_module_path(broken.module)] = stem
+        return files
+
+
+def _module_path(module: str) -> Path:
+    if module.endswith(".py"):
+        return Path(module).resolve()
+    return (REPO_ROOT / Path(*module.split("."))).with_suffix(".py").resolve()
+
+
+def _repro_dirs(config: pytest.Config) -> list[Path]:
+    return [REPO_ROOT / "repros", *(Path(d).resolve() for d in config.getoption("ft_repros_dir"))]
+
+
+def _asked_for(config: pytest.Config) -> bool:
+    if any(config.getoption(f"ft_{name}") for name in SELECTING_OPTIONS):
+        return True
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return False
+    dirs = _repro_dirs(config)
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+        if any(path == d or d in path.parents for d in dirs):
+            return True
+    return False
+
+
+def _options(config: pytest.Config) -> RunOptions:
+    from harness.cli import DEFAULT_MATRIX
+    from harness.matrix import load_matrix
+
+    repros_dirs = tuple(Path(d).resolve() for d in config.getoption("ft_repros_dir"))
+    for directory in repros_dirs:
+        if not directory.is_dir():
+            raise UserError(directory, "--repros-dir", "is not a directory", "pass a directory of repro .py files")
+    discovery: Discovery = discover(repros_dirs)
+    matrix = load_matrix(
+        Path(config.getoption("ft_matrix") or DEFAULT_MATRIX), known_repros=discovery.repros.keys(), known_modes=MODES
+    )
+    return RunOptions(
+        matrix=matrix,
+        discovery=discovery,
+        lane=config.getoption("ft_lane"),
+        cells=_csv(config.getoption("ft_cell")),
+        repros=_csv(config.getoption("ft_repros")),
+        modes=_csv(config.getoption("ft_modes")) or MODES,
+        cache_dir=default_cache_dir().expanduser().resolve(),
+        # Like `run` without --cache-dir (FT_REGRESS_CACHE, set by --harness-cache, is read anyway),
+        # so each item's repro_cmd is the one `run` writes.
+        cache_dir_given=False,
+        repros_dirs=repros_dirs,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "world_size(n): the item launches n ranks")
+    config.addinivalue_line("markers", "gpus(n): the item needs n GPUs; skipped where fewer are visible")
+    if not _asked_for(config):
+        return
+    try:
+        opts = _options(config)
+        plan = plan_items(opts)
+    except UserError as exc:
+        raise pytest.UsageError(exc.line()) from None
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    shared = (workerinput or {}).get(WORKER_INPUT)
+    if shared:
+        run_id, out = shared["run_id"], Path(shared["out"])
+        if shared.get("loadgroup"):
+            config.option.loadgroup = True  # xdist's worker then tags each item with its group
+    else:
+        run_id = new_run_id()
+        chosen = config.getoption("ft_out")
+        out = Path(chosen) if chosen else config.rootpath / config.getini("ft_regress_reports") / f"pytest-{run_id}"
+        out = out.resolve()
+    state = ReproSession(config, opts, plan, run_id, out, workerinput is not None, visible_gpus())
+    config.stash[STATE] = state
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = [str(d) for d in _repro_dirs(config)]
+    if workerinput is None:
+        if getattr(config.option, "dist", "no") == "load" and not any(
+            a.startswith("--dist") for a in config.invocation_params.args
+        ):
+            config.option.dist = "loadgroup"
+        if not config.getoption("collectonly"):
+            _start_run(state)
+
+
+def _start_run(state: ReproSession) -> None:
+    if (state.out / RESULTS_FILE).exists():
+        raise pytest.UsageError(f"{state.out}: {RESULTS_FILE}: already holds the results of a run; choose a new --repro-out")
+    state.out.mkdir(parents=True, exist_ok=True)
+    builder = UvEnvironments(state.opts.cache_dir or default_cache_dir(), pip_index_config())
+    _write_run_json(
+        state.out,
+        {
+            "run_id": state.run_id,
+            "via": "pytest",
+            "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "argv": list(state.config.invocation_params.args),
+            "options": _options_record(state.opts),
+            "harness_version": __version__,
+            "git_commit": _git_commit(),
+            "matrix": {"path": str(state.opts.matrix.path), "sha256": state.opts.matrix.sha256},
+            "lane": state.opts.lane or state.opts.matrix.default_lane,
+            "host": host_info(),
+            "cache_dir": str(state.opts.cache_dir),
+            "index": builder.index.key_material(),
+            "planned": [i.id.label() for i in state.plan.items],
+            "excluded": state.plan.excluded,
+            "broken_repros": {k: v.reason for k, v in state.opts.discovery.broken.items()},
+            "gpus_visible": state.gpus,
+        },
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: every worker writes into the controller's run directory."""
+    state = node.config.stash.get(STATE, None)
+    if state is not None:
+        node.workerinput[WORKER_INPUT] = {
+            "run_id": state.run_id,
+            "out": str(state.out),
+            "loadgroup": node.config.getoption("dist") == "loadgroup",
+        }
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    state = parent.config.stash.get(STATE, None)
+    if state is None or file_path.suffix != ".py":
+        return None
+    key = state.repro_files().get(file_path.resolve())
+    if key is None:
+        return None
+    return ReproFile.from_parent(parent, path=file_path, key=key)
+
+
+class ReproFile(pytest.File):
+    """A repro module: its items in every planned cell and mode (never imported by pytest)."""
+
+    def __init__(self, *, key: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key = key
+
+    def collect(self) -> Iterator[pytest.Item]:
+        state = self.config.stash[STATE]
+        for planned in state.plan.items:
+            if planned.repro_id == self.key:
+                yield ReproItem.from_parent(self, name=f"{planned.repro_id}-{planned.mode}[{planned.cell.name}]",
+                                            planned=planned)
+        for excluded in state.plan.excluded:
+            if excluded["repro"] == self.key:
+                yield ExcludedItem.from_parent(
+                    self,
+                    name=f"{excluded['repro']}-{excluded['mode']}[{excluded['cell']}]",
+                    reason=excluded["reason"],
+                    label=f"{excluded['cell']}/{excluded['repro']}/{excluded['mode']}",
+                )
+        for cell, broken in state.plan.broken:
+            if broken.id == self.key:
+                yield BrokenItem.from_parent(self, name=f"{broken.id}-bug[{cell.name}]", cell=cell, broken=broken)
+
+
+class ReproMismatch(Exception):
+    """The observation did not match the expectation; the record says how."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__(record["outcome"])
+        self.record = record
+
+
+def _last_lines(text: str, limit: int = TAIL_LINES) -> str:
+    lines = text.rstrip().splitlines()
+    shown = lines[-limit:]
+    return "\n".join(("    " + ln) for ln in shown) + ("\n    …" if len(lines) > limit else "")
+
+
+def failure_text(record: dict[str, Any]) -> str:
+    """What a pytest failure shows: the outcome against the expectation, the signature
+    or error, the reasons, each rank's log tail, and how to rerun the item alone."""
+    expected = record.get("expected") or "nothing (no expectation covers these versions)"
+    lines = [f"{record['cell']}/{record['repro']}/{record['mode']}: observed {record['outcome']}, expected {expected}"]
+    lines.append(f"signature: {record.get('signature') or '(none observed)'}")
+    error = record.get("error")
+    if error:
+        rank = f" (rank {error['rank']})" if error.get("rank") is not None else ""
+        lines.append(f"error: {error.get('type')}: {error.get('message')}{rank}")
+    lines += [f"reason: {reason}" for reason in record.get("reasons") or []]
+    versions = record.get("versions") or {}
+    lines.append("versions: " + " ".join(f"{k}={v}" for k, v in versions.items() if v))
+    for rank in record.get("ranks") or []:
+        lines.append(f"rank {rank['rank']} ({rank.get('status')}, exit code {rank.get('exitcode')}) log tail:")
+        lines.append(_last_lines(rank.get("log_tail") or "(empty)"))
+    if not record.get("ranks") and record.get("launcher_tail"):
+        lines.append("launcher log tail:")
+        lines.append(_last_lines(record["launcher_tail"]))
+    lines.append(f"rerun: {record.get('repro_cmd')}")
+    if record.get("item_dir"):
+        lines.append(f"logs: {record['item_dir']}")
+    return "\n".join(lines)
+
+
+class _RecordedItem(pytest.Item):
+    record: dict[str, Any] | None = None
+
+    def _finish(self, state: ReproSession, record: dict[str, Any]) -> None:
+        state.append(record)
+        self.record = record
+        for key in ("outcome", "expected", "signature", "matched", "wall_s", "peak_mem_bytes"):
+            self.user_properties.append((key, record.get(key)))
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            self.user_properties.append(("xdist_worker", os.environ["PYTEST_XDIST_WORKER"]))
+        if not record["matched"]:
+            raise ReproMismatch(record)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, ReproMismatch):
+            return failure_text(excinfo.value.record)
+        return str(super().repr_failure(excinfo))
+
+
+class ReproItem(_RecordedItem):
+    def __init__(self, *, planned: PlannedItem, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.planned = planned
+        self.add_marker(pytest.mark.world_size(planned.world_size))
+        if self.config.stash[STATE].gpus:
+            self.add_marker(pytest.mark.gpus(planned.world_size))
+        self.add_marker(pytest.mark.xdist_group(planned.cell.name))
+
+    def runtest(self) -> None:
+        state = self.config.stash[STATE]
+        env, reason = state.environment(self.planned)
+        wanted = self.planned.world_size if state.gpus and env is not None else 0
+        with lease(wanted, state.gpus) as gpus, (visible_devices(gpus) if gpus else nullcontext()):
+            record = observe_item(
+                run_id=state.run_id,
+                item=self.planned,
+                repro=state.opts.discovery.repros[self.planned.repro_id],
+                env=env,
+                unavailable_reason=reason,
+                out=state.out,
+                repro_cmd=repro_command(state.opts, self.planned),
+            )
+        if gpus:
+            record["gpus_leased"] = gpus
+        self._finish(state, record)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, 0, self.planned.id.label()
+
+
+class BrokenItem(_RecordedItem):
+    """A repro file that cannot be loaded: INFRA in each cell, as ``run`` records it."""
+
+    def __init__(self, *, cell: Any, broken: BrokenRepro, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cell = cell
+        self.broken = broken
+        self.add_marker(pytest.mark.xdist_group(cell.name))
+
+    def runtest(self) -> None:
+        state = self.config.stash[STATE]
+        self._finish(state, _broken_record(state.run_id, self.cell, self.broken))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, 0, f"{self.cell.name}/{self.broken.id}/bug"
+
+
+class ExcludedItem(pytest.Item):
+    def __init__(self, *, reason: str, label: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.label = label
+        self.add_marker(pytest.mark.skip(reason=f"excluded: {reason}"))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        # A line is needed for a skip reported at the item's location.
+        return self.path, 0, self.label
+
+    def runtest(self) -> None:  # pragma: no cover - always skipped
+        pass
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``gpus(n)``: skip where fewer than n GPUs are visible (any item, not only repros)."""
+    marker = item.get_closest_marker("gpus")
+    if marker is None:
+        return
+    needed = int(marker.args[0]) if marker.args else 1
+    state = item.config.stash.get(STATE, None)
+    visible = state.gpus if state is not None else visible_gpus()
+    if needed > len(visible):
+        pytest.skip(f"needs {needed} GPUs, {len(visible)} visible")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is None:
+        return
+    if state.writer is not None:
+        state.writer.close()
+        state.writer = None
+    if state.is_worker or session.config.getoption("collectonly") or not state.out.exists():
+        return
+    path = state.out / RESULTS_FILE
+    records = read_results(path) if path.exists() else []
+    run_json = state.out / "run.json"
+    meta = json.loads(run_json.read_text()) if run_json.exists() else {}
+    meta["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    meta["pytest_exitstatus"] = int(session.exitstatus)
+    _write_run_json(state.out, meta)
+    write_junit(state.out / JUNIT_FILE, state.run_id, records, state.plan.excluded)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or state.is_worker or config.getoption("collectonly"):
+        return
+    path = state.out / RESULTS_FILE
+    records = read_results(path) if path.exists() else []
+    if not records:
+        return
+    buffer = io.StringIO()
+    Console(file=buffer, width=160, soft_wrap=True, color_system=None).print(results_table(records, state.plan.excluded))
+    terminalreporter.write_sep("=", "ft-regress: outcome (✓ matches expectation) · peak memory · step time")
+    terminalreporter.write(buffer.getvalue())
+    matched = sum(1 for r in records if r.get("matched"))
+    terminalreporter.write_line(f"{matched} of {len(records)} items matched their expectation; results: {path}")
