@@ -31,6 +31,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -255,6 +256,34 @@ def pytest_configure_node(node: Any) -> None:
             "out": str(state.out),
             "loadgroup": node.config.getoption("dist") == "loadgroup",
         }
+
+
+_CELL_OF_ITEM = re.compile(r"^(?P<file>[^:]+)::[^:]+\[(?P<cell>[^\]]+)\](?:@.*)?$")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the repros: a cell's items go to one worker.
+
+    xdist marks an ``xdist_group`` by suffixing the item's nodeid, which pytest 9 no
+    longer lets it change, so the grouping is done here from the item's name
+    (``F1-bug[cell]``); every other item is a group of its own.
+    """
+    state = config.stash.get(STATE, None)
+    if state is None or config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    repro_files = {path.name for path in state.repro_files()}
+
+    class CellScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            match = _CELL_OF_ITEM.match(nodeid)
+            if match and Path(match["file"]).name in repro_files:
+                return f"cell {match['cell']}"
+            return nodeid.rsplit("@", 1)[-1] if "@" in nodeid else nodeid
+
+    return CellScheduling(config, log)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
