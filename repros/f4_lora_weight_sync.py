@@ -1,0 +1,137 @@
+"""F4 - LoRA weights synced into an inference engine by name (OpenRLHF + vLLM).
+
+OpenRLHF's ``broadcast_to_vllm`` sends ``(name, tensor)`` for every parameter of the training
+model; with a PEFT model the names are ``base_model.model.<hf name>`` and the adapters are
+separate tensors, so the engine's name-based ``load_weights`` rejects the first one
+(``params_dict[name]``: ``KeyError: 'base_model.model.model.embed_tokens.weight'``; later vLLM:
+"There is no module or parameter named 'base_model' in Qwen2ForCausalLM"). Renaming without
+merging loads, but drops the adapters: the engine then serves the untrained base.
+
+bug:   tiny Qwen2, LoRA r=8 on q/v, bf16, DeepSpeed ZeRO-3 (as OpenRLHF) with every parameter
+       partitioned, trained, then the unmerged sync: each parameter gathered
+       (``GatheredParameters``, every rank), rank 0 sends it to the target. No gradient
+       checkpointing: F1 is another repro, and would stop training before the sync on an
+       affected DeepSpeed.
+fixed: the same scenario with the fixed trainer's guards (``merge-before-sync``): gather, merge
+       on a copy (``merge_and_unload``), strict load, logit check; in the same run the check is
+       shown to refuse a prefix-stripped unmerged sync.
+
+The target is the real vLLM engine where vLLM imports and a GPU is present, else a fresh
+transformers model loaded with vLLM's strictness (repros/common/weight_sync.py).
+
+Heavy imports stay inside ``run``: the orchestrator imports this module for SPEC.
+"""
+
+from __future__ import annotations
+
+import re
+
+from repros.common.spec import Expectation, ReproSpec, Signature
+
+#: A name only a PEFT model has: the ``base_model.model.`` prefix, or a LoRA layer's own parts.
+_PEFT_PART = r"(?:lora_A|lora_B|lora_embedding_A|lora_embedding_B|base_layer|lora_magnitude_vector)"
+PEFT_NAME = rf"(?:base_model\.model\.[\w.]+|[\w.]*\.{_PEFT_PART}(?:\.[\w.]+)?)"
+
+# Deterministic: the loader rejects the first PEFT name whatever the versions; no version boundary.
+_ESTABLISHED = (
+    "python -m harness run --matrix M --repros F4, M = matrix.yaml's defaults with cells current, "
+    "deepspeed==0.19.2 and transformers==4.57.6 (2026-11-23, torch 2.13.0+cpu, peft 0.21.2, 2 ranks, gloo): "
+    "bug REPRODUCED (F4.keyerror-peft-name) and fixed PASS in all three"
+)
+
+_MISSING = re.compile(r"Missing key\(s\) in state_dict: (?P<keys>[^\n]*?)\.\s*(?:\n|$)")
+_UNEXPECTED = re.compile(r"Unexpected key\(s\) in state_dict: (?P<keys>[^\n]*?)\.\s*(?:\n|$)")
+_KEY = re.compile(r'"([^"]+)"')
+
+
+def state_dict_keys(message: str, kind: str) -> list[str]:
+    """The keys a strict ``load_state_dict`` error lists as ``missing`` or ``unexpected``."""
+    pattern = _MISSING if kind == "missing" else _UNEXPECTED
+    found = pattern.search(message)
+    return _KEY.findall(found.group("keys")) if found else []
+
+
+def strict_load_rejects_peft_keys(message: str) -> bool:
+    """F4's strict-load form: the target misses keys while the state dict brings PEFT-named
+    ones (``base_model.model.*``) it does not know."""
+    missing = state_dict_keys(message, "missing")
+    unexpected = state_dict_keys(message, "unexpected")
+    return bool(missing) and any(k.startswith("base_model.model.") for k in unexpected)
+
+
+SPEC = ReproSpec(
+    id="F4",
+    title="LoRA weights synced into an inference engine by name: PEFT names rejected",
+    upstream=(
+        "OpenRLHF/OpenRLHF#546",
+        "OpenRLHF/OpenRLHF#991",
+        "OpenRLHF/OpenRLHF PR #335 (not merged)",
+        "huggingface/trl#2698 (TRL merges before syncing)",
+    ),
+    signatures=(
+        Signature(
+            id="F4.keyerror-peft-name",
+            exception="KeyError",
+            pattern=rf"^'{PEFT_NAME}'$",
+            description="the engine's params_dict[name] lookup (vLLM's Qwen2 loader, OpenRLHF's update_weight) "
+            "has no parameter by a PEFT name such as 'base_model.model.model.embed_tokens.weight'",
+        ),
+        Signature(
+            id="F4.no-module-peft-prefix",
+            exception="ValueError",
+            # vLLM V1 runs the loader in its engine process; what a collective_rpc failure
+            # re-raises there is an assumption (not run here): a plain Exception, same text.
+            aliases=("Exception",),
+            pattern=rf"There is no module or parameter named '(?:base_model|[\w.]*{_PEFT_PART}[\w.]*)' in \w+",
+            description="vLLM's AutoWeightsLoader walking the model by the first part of a PEFT name",
+        ),
+        Signature(
+            id="F4.strict-load-peft-keys",
+            exception="RuntimeError",
+            pattern=r"Error\(s\) in loading state_dict for \w+:",
+            checks=(strict_load_rejects_peft_keys,),
+            description="a strict load_state_dict of the PEFT state dict: missing keys of the plain model and "
+            "unexpected base_model.model.* keys",
+        ),
+    ),
+    expectations=(
+        Expectation("bug", "REPRODUCED", {}, established_by=_ESTABLISHED),
+        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+    ),
+    description=__doc__ or "",
+)
+
+
+def run(ctx) -> None:  # type: ignore[no-untyped-def]
+    import torch.distributed as dist
+
+    from repros.common import weight_sync
+    from repros.common.fixed_trainer import Scenario, apply_guards, choose_guards, train
+
+    # Persistence threshold 0: ZeRO-3 partitions every parameter, as it does the large ones of a
+    # real model (its default, 1e5 elements, would keep all of this tiny model's whole, and the
+    # gathers would move nothing).
+    scenario = Scenario(
+        engine="deepspeed",
+        zero_stage=3,
+        zero3_persistence_threshold=0,
+        bf16=True,
+        gradient_checkpointing=False,
+        sync_weights=True,
+    )
+    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    trained = train(scenario, ctx, guards)
+
+    facts: dict[str, object] = {}
+    ctx.facts["weight_sync"] = facts
+    # Rank 0 alone talks to the engine, as in OpenRLHF; the others take part in the gathers.
+    target = weight_sync.make_target(ctx.device) if ctx.rank == 0 else None
+    if target is not None:
+        facts["target"] = target.kind
+    facts["zero3_partitioned_params"] = weight_sync.partitioned_count(trained.model)
+    if apply_guards(scenario, guards).merge_before_sync:
+        weight_sync.sync_merged(trained, target, facts)
+    else:
+        weight_sync.sync_unmerged(trained.model, target, facts)
+    if dist.is_initialized():
+        dist.barrier()
