@@ -11,6 +11,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.matrix import load_matrix
+from harness.repro_registry import discover
 from harness.runner import REPO_ROOT
 from repros.common.spec import MODES
 
@@ -64,9 +65,19 @@ def test_cells_inherit_defaults_and_override_what_they_name(tmp_path: Path) -> N
 
 
 def test_the_shipped_matrix_has_a_ci_lane_with_both_f1_cells() -> None:
-    m = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=("F1",), known_modes=MODES)
+    m = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discover().repros.keys(), known_modes=MODES)
     deepspeeds = {c.packages["deepspeed"] for c in m.cells_in_lane("ci")}
     assert {"==0.19.2", "==0.19.8"} <= deepspeeds
+
+
+def test_the_shipped_ci_lane_holds_only_torch_2_13_and_nightly_holds_every_built_cell() -> None:
+    m = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discover().repros.keys(), known_modes=MODES)
+    assert {c.packages["torch"] for c in m.cells_in_lane("ci")} == {"==2.13.0"}
+    built = {c.name for c in m.cells.values() if not c.passthrough}
+    assert {c.name for c in m.cells_in_lane("nightly")} == built
+    assert any(c.packages["torch"] != "==2.13.0" for c in m.cells_in_lane("nightly"))
+    for excluded in m.excludes:
+        assert excluded.reason.strip()
 
 
 def test_unknown_key_names_the_field_and_allowed_keys(tmp_path: Path) -> None:

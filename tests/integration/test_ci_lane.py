@@ -1,0 +1,180 @@
+"""Really runs the ci lane: every repro, both modes, in every ci cell of the shipped
+matrix, in real uv environments with real torchrun ranks.
+
+Beside them stands a cell pinned to a release that does not exist: it must end
+UNRESOLVABLE with the installer's reason while the other cells still run. Cells are
+found by their versions, not their names, so the test follows the matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.results import read_results
+from harness.runner import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict], Path, str]:
+    shipped = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    cells = {name: cell for name, cell in shipped["cells"].items() if "ci" in cell.get("lanes", [])}
+    cells["no-such-peft"] = {"packages": {"peft": "==0.0.999"}, "lanes": ["ci"]}
+    # The shipped excludes that concern the ci cells (they show in the report as skipped).
+    exclude = [e for e in shipped.get("exclude") or [] if e.get("cell") in cells]
+    matrix = {**shipped, "cells": cells, "exclude": exclude}
+    work = tmp_path_factory.mktemp("ci-run")
+    matrix_path = work / "matrix.yaml"
+    matrix_path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    out = work / "out"
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV"}}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--matrix",
+            str(matrix_path),
+            "--lane",
+            "ci",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=4800,
+    )
+    return proc.returncode, read_results(out / "results.jsonl"), out, proc.stdout + proc.stderr
+
+
+def ran(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["outcome"] != "UNRESOLVABLE"]
+
+
+def find(records: list[dict], repro: str, mode: str, **versions: str) -> dict:
+    """The one record of ``repro``/``mode`` in the cell whose resolved versions are ``versions``."""
+    matches = [
+        r
+        for r in ran(records)
+        if r["repro"] == repro
+        and r["mode"] == mode
+        and all((r["versions"].get(k.replace("_", "-")) or "") == v for k, v in versions.items())
+    ]
+    assert len(matches) == 1, [(r["cell"], r["versions"]) for r in matches]
+    return matches[0]
+
+
+def test_every_observation_matches_its_expectation(ci_run) -> None:
+    _, records, _, log = ci_run
+    mismatched = [
+        (r["cell"], r["repro"], r["mode"], r["outcome"], r.get("expected")) for r in ran(records) if not r["matched"]
+    ]
+    assert mismatched == [], log
+
+
+def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> None:
+    _, records, _, _ = ci_run
+    fixed = [r for r in ran(records) if r["mode"] == "fixed"]
+    assert {r["repro"] for r in fixed} == {"F1", "F2", "F3", "F4", "F5"}
+    assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
+    for r in fixed:
+        assert r["losses"][-1] < r["losses"][0]
+        assert all(g["id"] and g["reason"] for g in r["guards"])
+    assert "zero3-reentrant-checkpointing" in {g["id"] for g in find(records, "F1", "fixed", deepspeed="0.19.2")["guards"]}
+    assert "input-require-grads" in {g["id"] for g in find(records, "F5", "fixed", transformers="4.57.6", deepspeed="0.19.8")["guards"]}
+    assert "merge-before-sync" in {g["id"] for g in find(records, "F4", "fixed", transformers="5.23.0", deepspeed="0.19.8")["guards"]}
+
+
+def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
+    _, records, _, log = ci_run
+    f1 = find(records, "F1", "bug", deepspeed="0.19.2")
+    assert (f1["outcome"], f1["signature"]) == ("REPRODUCED", "F1.recompute-shape-0"), log
+    assert f1["error"]["type"] == "torch.utils.checkpoint.CheckpointError"
+    assert find(records, "F1", "bug", deepspeed="0.19.8", transformers="5.23.0")["outcome"] == "NOT_REPRODUCED"
+    # F2 needs torch < 2.13: no ci cell reproduces it, every ci cell runs it clean.
+    assert {r["outcome"] for r in ran(records) if r["repro"] == "F2" and r["mode"] == "bug"} == {"NOT_REPRODUCED"}
+    f3 = find(records, "F3", "bug", transformers="4.57.6", deepspeed="0.19.8")
+    assert f3["outcome"] == "REPRODUCED" and f3["error"]["type"] == "ValueError", log
+    f3_newer_wording = find(records, "F3", "bug", transformers="5.23.0", bitsandbytes="0.47.0")
+    assert f3_newer_wording["signature"] == "F3.to-8bit-needs-bnb-0.48", log
+    assert find(records, "F3", "bug", transformers="5.23.0", bitsandbytes="0.50.2", deepspeed="0.19.8")["outcome"] == (
+        "NOT_REPRODUCED"
+    )
+    assert {r["outcome"] for r in ran(records) if r["repro"] == "F4" and r["mode"] == "bug"} == {"REPRODUCED"}
+    assert find(records, "F5", "bug", transformers="4.57.6", deepspeed="0.19.8")["signature"] == "F5.deepspeed-loss-assert"
+    assert find(records, "F5", "bug", transformers="4.57.6", deepspeed="0.18.0")["signature"] == "F5.no-grad-fn"
+    assert find(records, "F5", "bug", transformers="5.23.0", deepspeed="0.19.8")["outcome"] == "NOT_REPRODUCED"
+
+
+def test_records_carry_metrics_and_a_rerun_command(ci_run) -> None:
+    _, records, _, _ = ci_run
+    for r in ran(records):
+        assert r["peak_mem_kind"] in ("cpu_peak_rss", "cuda_max_allocated")
+        assert r["world_size"] == 2 and r["device"] in ("cpu", "cuda")
+        assert f"--repros {r['repro']}" in r["repro_cmd"] and f"--cells {r['cell']}" in r["repro_cmd"]
+        if r["outcome"] in ("PASS", "NOT_REPRODUCED"):
+            assert r["peak_mem_bytes"] > 50 * 2**20
+            assert r["step_time_s"]["n"] >= 2 and r["step_time_s"]["median"] > 0
+
+
+def test_an_unresolvable_cell_is_reported_and_the_rest_still_runs(ci_run) -> None:
+    code, records, out, _ = ci_run
+    missing = [r for r in records if r["cell"] == "no-such-peft"]
+    assert {r["mode"] for r in missing} == {"bug", "fixed"}
+    assert all(r["outcome"] == "UNRESOLVABLE" for r in missing)
+    assert "peft" in missing[0]["reasons"][0]
+    assert code == 1  # an unresolvable cell observes nothing, so it cannot match
+    run = json.loads((out / "run.json").read_text())
+    assert "unavailable" in run["cells"]["no-such-peft"]
+
+
+def test_rerun_reuses_the_environments(ci_run, tmp_path: Path) -> None:
+    _, records, _, _ = ci_run
+    shipped = REPO_ROOT / "matrix.yaml"
+    cell = find(records, "F1", "bug", deepspeed="0.19.8", transformers="5.23.0")["cell"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--matrix",
+            str(shipped),
+            "--cells",
+            cell,
+            "--repros",
+            "F1",
+            "--modes",
+            "bug",
+            "--out",
+            str(tmp_path / "again"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (again,) = read_results(tmp_path / "again" / "results.jsonl")
+    assert again["env"]["reused"] is True and again["outcome"] == "NOT_REPRODUCED"
+
+
+def test_the_run_writes_junit_xml_with_a_testcase_per_item(ci_run) -> None:
+    from junitparser import JUnitXml
+
+    _, records, out, _ = ci_run
+    suite = next(iter(JUnitXml.fromfile(str(out / "junit.xml"))))
+    run = json.loads((out / "run.json").read_text())
+    assert suite.tests == len(records) + len(run["excluded"])
+    assert suite.failures == 2 * 5  # the unresolvable cell's items: five repros, two modes
