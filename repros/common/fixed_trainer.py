@@ -155,7 +155,9 @@ def choose_guards(scenario: Scenario) -> list[Guard]:
         )
     if scenario.quantization and scenario.peft_wrapping != "peft_model":
         guards.append(
-            Guard("peft-model-wrap", "engines call .to on a raw HF model, which transformers refuses when quantized (F3)")
+            Guard(
+                "peft-model-wrap", "engines call .to on a raw HF model, which transformers refuses when quantized (F3)"
+            )
         )
     if scenario.quantization == "nf4" and not scenario.bnb_no_repack:
         guards.append(
@@ -163,7 +165,9 @@ def choose_guards(scenario: Scenario) -> list[Guard]:
         )
     if scenario.sync_weights and not scenario.merge_before_sync:
         guards.append(
-            Guard("merge-before-sync", "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)")
+            Guard(
+                "merge-before-sync", "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)"
+            )
         )
     return guards
 
@@ -347,7 +351,9 @@ class _DDPEngine(_Engine):
 
         super().__init__(scenario, ctx, model)
         model.to(ctx.device)
-        self.wrapped = DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None)
+        self.wrapped = DistributedDataParallel(
+            model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None
+        )
         self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self._autocast = scenario.bf16
 

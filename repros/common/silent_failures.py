@@ -14,7 +14,9 @@ class LayerAdaptersGotNoGradient(Exception):
     """Training ran, but the adapters inside the decoder layers never got a gradient."""
 
 
-def layer_adapters_without_gradient(grad_norms: Mapping[str, Sequence[Any]], layer_marker: str = ".layers.") -> list[str]:
+def layer_adapters_without_gradient(
+    grad_norms: Mapping[str, Sequence[Any]], layer_marker: str = ".layers."
+) -> list[str]:
     """Adapter parameters inside decoder layers whose gradient was ``None`` at every step."""
     return sorted(
         name for name, values in grad_norms.items() if layer_marker in name and all(v is None for v in values)

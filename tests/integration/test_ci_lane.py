@@ -91,9 +91,15 @@ def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> N
     for r in fixed:
         assert r["losses"][-1] < r["losses"][0]
         assert all(g["id"] and g["reason"] for g in r["guards"])
-    assert "zero3-reentrant-checkpointing" in {g["id"] for g in find(records, "F1", "fixed", deepspeed="0.19.2")["guards"]}
-    assert "input-require-grads" in {g["id"] for g in find(records, "F5", "fixed", transformers="4.57.6", deepspeed="0.19.8")["guards"]}
-    assert "merge-before-sync" in {g["id"] for g in find(records, "F4", "fixed", transformers="5.23.0", deepspeed="0.19.8")["guards"]}
+    assert "zero3-reentrant-checkpointing" in {
+        g["id"] for g in find(records, "F1", "fixed", deepspeed="0.19.2")["guards"]
+    }
+    assert "input-require-grads" in {
+        g["id"] for g in find(records, "F5", "fixed", transformers="4.57.6", deepspeed="0.19.8")["guards"]
+    }
+    assert "merge-before-sync" in {
+        g["id"] for g in find(records, "F4", "fixed", transformers="5.23.0", deepspeed="0.19.8")["guards"]
+    }
 
 
 def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
@@ -112,7 +118,9 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
         "NOT_REPRODUCED"
     )
     assert {r["outcome"] for r in ran(records) if r["repro"] == "F4" and r["mode"] == "bug"} == {"REPRODUCED"}
-    assert find(records, "F5", "bug", transformers="4.57.6", deepspeed="0.19.8")["signature"] == "F5.deepspeed-loss-assert"
+    assert (
+        find(records, "F5", "bug", transformers="4.57.6", deepspeed="0.19.8")["signature"] == "F5.deepspeed-loss-assert"
+    )
     assert find(records, "F5", "bug", transformers="4.57.6", deepspeed="0.18.0")["signature"] == "F5.no-grad-fn"
     assert find(records, "F5", "bug", transformers="5.23.0", deepspeed="0.19.8")["outcome"] == "NOT_REPRODUCED"
 

@@ -18,6 +18,7 @@ from repros.common.silent_failures import (
 from repros.f1_zero3_frozen_ckpt import SPEC as F1
 from repros.f2_dora_fsdp_ckpt_dtype import SPEC as F2
 from repros.f5_reentrant_frozen_base import SPEC as F5
+from tests.unit.rank_records import error_record, failed_launch
 
 RECORDED = Path(__file__).parent / "recorded"
 F2_TEXT = (RECORDED / "f2_checkpoint_error_torch-2.12.1_transformers-4.57.6.txt").read_text()
@@ -40,23 +41,7 @@ DS3339_FACTS = {**F5_FACTS, "trainable_parameters": 0, "checkpointing": "off"}
 
 
 def failing_launch(etype: str, message: str, facts: dict[str, Any] | None) -> LaunchResult:
-    record: dict[str, Any] = {
-        "rank": 0,
-        "status": "error",
-        "phase": "run",
-        "error": {"type": etype, "message": message, "traceback": ""},
-    }
-    if facts is not None:
-        record["scenario_facts"] = facts
-    return LaunchResult(
-        command=["torchrun"],
-        returncode=1,
-        timed_out=False,
-        wall_s=1.0,
-        world_size=1,
-        records={0: record},
-        rank_exitcodes={0: 1},
-    )
+    return failed_launch({0: error_record(0, etype, message, facts=facts)}, exitcodes={0: 1})
 
 
 def test_f2_recorded_text_is_f2() -> None:
@@ -124,8 +109,11 @@ def test_silent_form_is_raised_only_when_every_layer_adapter_lacked_a_gradient()
     }
     with pytest.raises(LayerAdaptersGotNoGradient) as caught:
         raise_if_layer_adapters_got_no_gradient(silent)
-    obs = classify("bug", F5, failing_launch(
-        "repros.common.silent_failures.LayerAdaptersGotNoGradient", str(caught.value), F5_FACTS))
+    obs = classify(
+        "bug",
+        F5,
+        failing_launch("repros.common.silent_failures.LayerAdaptersGotNoGradient", str(caught.value), F5_FACTS),
+    )
     assert (obs.outcome, obs.signature) == (REPRODUCED, "F5.silent-layer-adapters-no-grad")
     trained = {"adapter_grad_norms": {"model.layers.0.q.lora_right_weight": [None, 0.1]}}
     assert layer_adapters_without_gradient(trained["adapter_grad_norms"]) == []

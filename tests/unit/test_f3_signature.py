@@ -19,14 +19,13 @@ Recorded texts (tests/unit/recorded/f3_*):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.launch import LaunchResult
 from harness.outcome import DIFFERENT_ERROR, INFRA, REPRODUCED, classify
 from repros.common.quantized import _unavailable_reason
 from repros.f3_qlora_zero3_to import SPEC as F3
+from tests.unit.rank_records import error_record, failed_launch
 
 RECORDED = Path(__file__).parent / "recorded"
 TO_8BIT = (RECORDED / "f3_to_8bit_transformers-4.57.6_bitsandbytes-0.50.2.txt").read_text()
@@ -100,36 +99,24 @@ def test_device_refusals_are_scenario_unavailable_and_signatures_are_not() -> No
         assert _unavailable_reason(ValueError(text)) is None
 
 
-def _launch(records: dict[int, dict[str, Any] | None]) -> LaunchResult:
-    return LaunchResult(
-        command=["torchrun"],
-        returncode=1,
-        timed_out=False,
-        wall_s=1.0,
-        world_size=len(records),
-        records=records,
-        rank_exitcodes={},
-    )
-
-
-def _error(rank: int, etype: str, message: str) -> dict[str, Any]:
-    return {"rank": rank, "status": "error", "phase": "run", "error": {"type": etype, "message": message}}
-
-
 def test_recorded_8bit_message_is_reproduced_in_bug_mode() -> None:
-    observation = classify("bug", F3, _launch({0: _error(0, "ValueError", TO_8BIT), 1: _error(1, "ValueError", TO_8BIT)}))
+    observation = classify(
+        "bug", F3, failed_launch({0: error_record(0, "ValueError", TO_8BIT), 1: error_record(1, "ValueError", TO_8BIT)})
+    )
     assert observation.outcome == REPRODUCED
     assert observation.signature == "F3.to-8bit"
 
 
 def test_cast_dtype_refusal_is_a_different_error() -> None:
-    observation = classify("bug", F3, _launch({0: _error(0, "ValueError", NEAR_MISSES["cast-dtype"]), 1: None}))
+    observation = classify(
+        "bug", F3, failed_launch({0: error_record(0, "ValueError", NEAR_MISSES["cast-dtype"]), 1: None})
+    )
     assert observation.outcome == DIFFERENT_ERROR
 
 
 def test_unavailable_rank_is_infra() -> None:
     record = {"rank": 0, "status": "unavailable", "unavailable_reason": f"RuntimeError: {INFRA_NO_CUDA}"}
-    assert classify("bug", F3, _launch({0: record, 1: None})).outcome == INFRA
+    assert classify("bug", F3, failed_launch({0: record, 1: None})).outcome == INFRA
 
 
 def test_expectations_are_established_by_a_command() -> None:

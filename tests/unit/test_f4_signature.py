@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from harness.launch import LaunchResult
 from harness.outcome import classify
 from repros.f4_lora_weight_sync import SPEC as F4
 from repros.f4_lora_weight_sync import state_dict_keys, strict_load_rejects_peft_keys
+from tests.unit.rank_records import error_record, failed_launch
 
 RECORDED = Path(__file__).parent / "recorded"
 KEYERROR_TEXT = (RECORDED / "f4_keyerror_torch-2.13.0_deepspeed-0.19.8_peft-0.21.2.txt").read_text()
@@ -39,22 +39,6 @@ def signature(sig_id: str) -> Any:
 
 def matching(etype: str, message: str) -> list[str]:
     return [s.id for s in F4.signatures if s.matches(etype, message)]
-
-
-def error_rank(r: int, etype: str, message: str) -> dict[str, Any]:
-    return {"rank": r, "status": "error", "phase": "run", "error": {"type": etype, "message": message, "traceback": ""}}
-
-
-def launch(records: dict[int, dict[str, Any] | None], exitcodes: dict[int, int] | None = None) -> LaunchResult:
-    return LaunchResult(
-        command=["torchrun"],
-        returncode=1,
-        timed_out=False,
-        wall_s=1.0,
-        world_size=len(records),
-        records=records,
-        rank_exitcodes=exitcodes or {},
-    )
 
 
 def test_recorded_keyerror_is_the_peft_embedding_name() -> None:
@@ -79,17 +63,17 @@ def test_upstream_vllm_texts_match(text: str) -> None:
 
 def test_rank0_keyerror_with_its_peer_stopped_in_the_gather_is_reproduced() -> None:
     closed = "[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:45772"
-    peer = error_rank(1, "RuntimeError", closed)
-    obs = classify("bug", F4, launch({0: error_rank(0, "KeyError", KEYERROR_TEXT), 1: peer}))
+    peer = error_record(1, "RuntimeError", closed)
+    obs = classify("bug", F4, failed_launch({0: error_record(0, "KeyError", KEYERROR_TEXT), 1: peer}))
     assert obs.outcome == "REPRODUCED" and obs.signature == "F4.keyerror-peft-name"
 
 
 def test_rank0_keyerror_with_its_peer_killed_by_torchrun_is_reproduced() -> None:
     records: dict[int, dict[str, Any] | None] = {
-        0: error_rank(0, "KeyError", KEYERROR_TEXT),
+        0: error_record(0, "KeyError", KEYERROR_TEXT),
         1: {"rank": 1, "status": "running", "phase": "run"},
     }
-    obs = classify("bug", F4, launch(records, exitcodes={0: 1, 1: -15}))
+    obs = classify("bug", F4, failed_launch(records, exitcodes={0: 1, 1: -15}))
     assert obs.outcome == "REPRODUCED"
 
 
@@ -137,7 +121,7 @@ def test_near_misses_do_not_match(name: str) -> None:
 
 def test_near_miss_is_a_different_error_in_bug_mode() -> None:
     etype, message = NEAR_MISSES["KeyError for a plain HF name (not PEFT's)"]
-    obs = classify("bug", F4, launch({0: error_rank(0, etype, message), 1: None}))
+    obs = classify("bug", F4, failed_launch({0: error_record(0, etype, message), 1: None}))
     assert obs.outcome == "DIFFERENT_ERROR"
 
 
