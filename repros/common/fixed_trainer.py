@@ -280,7 +280,11 @@ class Trained:
 
 
 class _Engine:
-    """The few operations the loop needs, per engine."""
+    """The few operations the loop needs, per engine. A subclass sets ``wrapped`` (what the
+    loop calls) and, unless it steps through its own engine, ``optimizer``."""
+
+    wrapped: Any
+    optimizer: Any
 
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
         self.scenario, self.ctx, self.model = scenario, ctx, model
@@ -300,9 +304,6 @@ class _Engine:
 
     def full_grad_norm(self, param: Any) -> float | None:
         return None if param.grad is None else float(param.grad.detach().float().norm())
-
-    wrapped: Any
-    optimizer: Any
 
 
 class _DeepSpeedEngine(_Engine):
