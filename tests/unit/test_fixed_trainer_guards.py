@@ -57,7 +57,7 @@ def test_library_default_checkpointing_is_reentrant_on_transformers_4_only(monke
     assert ids(choose_guards(f5)) == ["use-cache-off"]
 
 
-def test_fsdp2_mixed_precision_gets_uniform_dtypes_and_deepspeed_guards_stay_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fsdp2_mixed_precision_gets_uniform_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:
     with_versions(monkeypatch, deepspeed="0.19.2", transformers="4.57.6")
     f2 = Scenario(engine="fsdp2", adapter="dora", use_reentrant=False)
     guards = choose_guards(f2)
