@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.environments import Environment
 from harness.process_sweep import TOKEN_VARIABLE, sweep
+from harness.shm_sweep import remove_item_segments
 from repros.common.record import rank_log_path, rank_record_path
 
 TAIL_BYTES = 4000
@@ -50,6 +51,8 @@ class LaunchResult:
     leftovers_killed: list[int] = field(default_factory=list)
     #: Build locks a killed JIT build had left in the environment's extensions dir.
     stale_build_locks_removed: list[str] = field(default_factory=list)
+    #: DeepSpeed's shared-memory segments the item left in /dev/shm, removed after it.
+    shm_segments_removed: list[str] = field(default_factory=list)
 
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
@@ -208,6 +211,9 @@ def launch_item(
             # The ranks live in sessions of their own: sweep whatever carries the token.
             leftovers = sweep(token)
     wall_s = time.perf_counter() - started
+    records = {r: _read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
+    # Every process of the item is gone: what DeepSpeed left in /dev/shm (memory) goes too.
+    shm_removed = remove_item_segments(records.values())
     launcher_tail = tail(launcher_log, 3 * TAIL_BYTES)
     exitcodes = {int(m["rank"]): int(m["code"]) for m in _FAILURE_ENTRY.finditer(launcher_tail)}
     return LaunchResult(
@@ -216,10 +222,11 @@ def launch_item(
         timed_out=timed_out,
         wall_s=wall_s,
         world_size=world_size,
-        records={r: _read_record(rank_record_path(item_dir, r)) for r in range(world_size)},
+        records=records,
         rank_exitcodes=exitcodes,
         rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
         launcher_tail=tail(launcher_log),
         leftovers_killed=leftovers,
         stale_build_locks_removed=stale_locks,
+        shm_segments_removed=shm_removed,
     )

@@ -108,6 +108,7 @@ def item_record(
         "launcher_tail": launch.launcher_tail,
         "leftovers_killed": launch.leftovers_killed,
         "stale_build_locks_removed": launch.stale_build_locks_removed,
+        "shm_segments_removed": launch.shm_segments_removed,
         "env": env_summary(env),
         "repro_cmd": repro_cmd,
         "launch_cmd": launch.command,

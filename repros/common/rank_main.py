@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         "phase": "setup",
         "started_at": _now(),
         "versions": installed_versions(),
+        # The rendezvous: DeepSpeed names its /dev/shm segments after it, and the
+        # orchestrator removes them after the item by these names.
+        "master_addr": os.environ.get("MASTER_ADDR"),
+        "master_port": os.environ.get("MASTER_PORT"),
     }
     write_rank_record(item_dir, rank, record)
 
