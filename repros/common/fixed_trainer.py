@@ -345,7 +345,19 @@ class _DeepSpeedEngine(_Engine):
         return None if grad is None else float(grad.detach().float().norm())
 
 
-class _DDPEngine(_Engine):
+class _AutocastEngine(_Engine):
+    """An engine whose own mixed precision is torch autocast (bf16) around the forward."""
+
+    _autocast: bool = False
+
+    def forward(self, batch: Any) -> Any:
+        import torch
+
+        with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
+            return self.wrapped(input_ids=batch, labels=batch).loss
+
+
+class _DDPEngine(_AutocastEngine):
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
         import torch
         from torch.nn.parallel import DistributedDataParallel
@@ -358,14 +370,8 @@ class _DDPEngine(_Engine):
         self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self._autocast = scenario.bf16
 
-    def forward(self, batch: Any) -> Any:
-        import torch
 
-        with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
-            return self.wrapped(input_ids=batch, labels=batch).loss
-
-
-class _FSDP2Engine(_Engine):
+class _FSDP2Engine(_AutocastEngine):
     """torch's ``fully_shard`` on each decoder layer and the root, bf16 mixed precision on
     the layers (and on the root only when ``fsdp_root_mixed_precision``), CPU/CUDA autocast on."""
 
@@ -384,12 +390,6 @@ class _FSDP2Engine(_Engine):
         self.wrapped = model
         self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self._autocast = scenario.bf16
-
-    def forward(self, batch: Any) -> Any:
-        import torch
-
-        with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
-            return self.wrapped(input_ids=batch, labels=batch).loss
 
     def full_param(self, param: Any) -> Any:
         full = param.full_tensor() if hasattr(param, "full_tensor") else param
