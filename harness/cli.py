@@ -26,7 +26,7 @@ from harness.matrix import Matrix, load_matrix
 from harness.merge import merge_runs
 from harness.repro_registry import Discovery, discover
 from harness.results import RESULTS_FILE, read_results
-from harness.runner import REPO_ROOT, RunOptions, execute
+from harness.runner import LAUNCHERS, REPO_ROOT, RunOptions, execute
 from harness.shard import parse_shard
 from harness.summary import print_summary
 from repros.common.spec import MODES
@@ -36,6 +36,16 @@ DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = -1
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of items (0: as many as fit), not {value!r}")
+    return jobs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,6 +75,20 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PKG==VER",
         help="pin a package over the selected cells' own spec (repeatable)",
+    )
+    run.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="worker",
+        help="worker: fork each item's ranks from the cell's pre-imported worker (default); "
+        "torchrun: a bare torchrun per item",
+    )
+    run.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="run up to N items at once where the cores, memory and GPUs allow it (default 1; 0: as many as fit)",
     )
     run.add_argument(
         "--shard",
@@ -234,6 +258,8 @@ def _resume(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> 
         repros_dirs=tuple(repros_dirs),
         shard=parse_shard(stored["shard"]) if stored.get("shard") else None,
         shard_items=tuple(shard_meta["items"]) if shard_meta else None,
+        launcher=args.launcher,
+        jobs=args.jobs,
     )
     return execute(opts, console, argv, resume=args.resume)
 
@@ -257,6 +283,8 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
         pins=_pins(args.pin),
         repros_dirs=tuple(d.resolve() for d in args.repros_dir),
         shard=shard,
+        launcher=args.launcher,
+        jobs=args.jobs,
     )
     return execute(opts, console, argv)
 

@@ -53,6 +53,8 @@ class LaunchResult:
     stale_build_locks_removed: list[str] = field(default_factory=list)
     #: DeepSpeed's shared-memory segments the item left in /dev/shm, removed after it.
     shm_segments_removed: list[str] = field(default_factory=list)
+    #: How the ranks were started: "torchrun", or "worker" (forked by the cell's pre-imported worker).
+    launcher: str = "torchrun"
 
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
@@ -111,14 +113,14 @@ def torchrun_command(python: str, module: str, mode: str, world_size: int, item_
     ]
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def read_record(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
+def signal_group(pgid: int, sig: int) -> bool:
     try:
         os.killpg(pgid, sig)
         return True
@@ -126,9 +128,9 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def _ask_for_stacks(item_dir: Path, world_size: int) -> None:
+def ask_for_stacks(item_dir: Path, world_size: int) -> None:
     for rank in range(world_size):
-        record = _read_record(rank_record_path(item_dir, rank))
+        record = read_record(rank_record_path(item_dir, rank))
         if record and record.get("status") == "running" and record.get("pid"):
             try:
                 os.kill(int(record["pid"]), signal.SIGUSR1)
@@ -198,20 +200,20 @@ def launch_item(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _ask_for_stacks(item_dir, world_size)
+            ask_for_stacks(item_dir, world_size)
             time.sleep(1.0)
-            _signal_group(pgid, signal.SIGTERM)
+            signal_group(pgid, signal.SIGTERM)
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
         finally:
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
             proc.wait()
             # The ranks live in sessions of their own: sweep whatever carries the token.
             leftovers = sweep(token)
     wall_s = time.perf_counter() - started
-    records = {r: _read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
+    records = {r: read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
     # Every process of the item is gone: what DeepSpeed left in /dev/shm (memory) goes too.
     shm_removed = remove_item_segments(records.values())
     launcher_tail = tail(launcher_log, 3 * TAIL_BYTES)

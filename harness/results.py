@@ -112,6 +112,7 @@ def item_record(
         "env": env_summary(env),
         "repro_cmd": repro_cmd,
         "launch_cmd": launch.command,
+        "launcher": launch.launcher,
         "item_dir": str(item_dir),
         "started_at": started_at,
         "finished_at": finished_at,

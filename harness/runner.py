@@ -36,7 +36,8 @@ from harness.errors import UserError
 from harness.expectations import expectation_for
 from harness.html_report import write_report
 from harness.junit import JUNIT_FILE, write_junit
-from harness.launch import launch_item
+from harness.cell_worker import WorkerPool
+from harness.launch import LaunchResult, launch_item
 from harness.matrix import Cell, Matrix
 from harness.outcome import classify
 from harness.package_index import pip_index_config
@@ -49,6 +50,9 @@ from repros.common.spec import MODES
 
 #: The directory that holds the ``repros`` package: the ranks' PYTHONPATH.
 REPO_ROOT = Path(repros.__file__).resolve().parent.parent
+
+
+LAUNCHERS = ("worker", "torchrun")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,10 @@ class RunOptions:
     shard: Shard | None = None
     #: The shard's items as first planned (``--resume`` keeps them, whatever the history says now).
     shard_items: tuple[str, ...] | None = None
+    #: "worker": ranks forked from the cell's pre-imported worker; "torchrun": a bare torchrun per item.
+    launcher: str = "worker"
+    #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
+    jobs: int = 1
 
 
 @dataclass(frozen=True)
@@ -243,8 +251,12 @@ def observe_item(
     unavailable_reason: str,
     out: Path,
     repro_cmd: str,
+    workers: WorkerPool | None = None,
 ) -> dict[str, Any]:
-    """Launch one item in ``env`` and return its result record (UNRESOLVABLE without an env)."""
+    """Launch one item in ``env`` and return its result record (UNRESOLVABLE without an env).
+
+    With ``workers``, the ranks are forked from the cell's pre-imported worker; where the
+    cell cannot have one, torchrun starts them and the record says why."""
     started = _now()
     if env is None:
         return unobserved_record(
@@ -259,9 +271,9 @@ def observe_item(
             finished_at=_now(),
         )
     item_dir = (out / "items" / item.cell.name / f"{item.repro_id}-{item.mode}").resolve()
-    launch = launch_item(env, item.module, item.mode, item.world_size, item_dir, item.cell.timeout_s, REPO_ROOT)
+    launch = _launch(item, env, item_dir, workers)
     observation = classify(item.mode, repro.spec, launch)
-    return item_record(
+    record = item_record(
         run_id=run_id,
         item=item.id,
         observation=observation,
@@ -273,6 +285,16 @@ def observe_item(
         started_at=started,
         finished_at=_now(),
     )
+    if workers is not None and launch.launcher != "worker":
+        record["launcher_fallback"] = workers.reason(env)
+    return record
+
+
+def _launch(item: PlannedItem, env: Environment, item_dir: Path, workers: WorkerPool | None) -> LaunchResult:
+    worker = workers.get(env, item.cell.name) if workers is not None else None
+    if worker is not None:
+        return worker.launch(item.module, item.mode, item.world_size, item_dir, item.cell.timeout_s)
+    return launch_item(env, item.module, item.mode, item.world_size, item_dir, item.cell.timeout_s, REPO_ROOT)
 
 
 class RunInterrupted(Exception):
@@ -310,6 +332,14 @@ def _cell_meta(cell: Cell, env: Environment | None, reason: str) -> dict[str, An
         "packages": env.packages,
         "extensions_dir": env.extensions_dir,
     }
+
+
+def _record_workers(meta: dict[str, Any], workers: WorkerPool) -> None:
+    """Each cell's worker in run.json: how long it took to be ready, and what it imported."""
+    for name, info in workers.started_by_cell().items():
+        meta["cells"].setdefault(name, {})["worker"] = dataclasses.asdict(info)
+    for name, reason in workers.unavailable_by_cell().items():
+        meta["cells"].setdefault(name, {})["worker"] = {"unavailable": reason}
 
 
 def progress_line(record: dict[str, Any]) -> str:
@@ -402,6 +432,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
         by_cell.setdefault(item.cell.name, []).append(item)
 
     interrupted: str | None = None
+    workers = WorkerPool(REPO_ROOT, out / "workers") if opts.launcher == "worker" else None
     previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
     # Ctrl-C must interrupt even when the run was started with SIGINT ignored (a
     # background job of a non-interactive shell inherits it ignored).
@@ -453,6 +484,7 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
                         unavailable_reason=reason,
                         out=out,
                         repro_cmd=repro_command(opts, item),
+                        workers=workers,
                     )
                     writer.append(record)
                     records.append(record)
@@ -463,6 +495,9 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
     except RunInterrupted as exc:
         interrupted = str(exc)
     finally:
+        if workers is not None:
+            workers.close()
+            _record_workers(meta, workers)
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
 

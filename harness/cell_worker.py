@@ -1,0 +1,332 @@
+"""The orchestrator's side of a cell's pre-imported worker (``repros/common/cell_server.py``).
+
+One worker process per cell environment imports torch, transformers, peft and deepspeed
+once; every item is then a fresh fork of it: an item leader in a session of its own that
+forks the ranks, with torchrun's environment and a rendezvous of its own. What the
+orchestrator does around an item is the same as for a torchrun launch (``launch``): a
+timeout that asks the ranks for their stacks and then kills the item's process group,
+the token and session sweeps, DeepSpeed's shared-memory segments removed, and the ranks'
+records read back into a ``LaunchResult``.
+
+A worker that cannot start (a package that fails to import is not that: its items fail
+as they would under torchrun), or whose imports left the process unsafe to fork (threads,
+an initialised CUDA), is reported as unavailable and the runner launches that cell's
+items with torchrun instead, saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.environments import Environment
+from harness.launch import (
+    TAIL_BYTES,
+    LaunchResult,
+    ask_for_stacks,
+    extensions_in_use,
+    rank_environment,
+    read_record,
+    signal_group,
+    tail,
+)
+from harness.process_sweep import TOKEN_VARIABLE, sweep, sweep_session
+from harness.shm_sweep import remove_item_segments
+from repros.common.record import rank_log_path, rank_record_path
+
+#: The first start of a worker in a new environment JIT-builds DeepSpeed's comm op (~40 s here).
+READY_TIMEOUT_S = 900.0
+#: How long a request may wait for the worker to say it forked the item.
+START_TIMEOUT_S = 60.0
+LAUNCHER_RECORD = "launcher.json"
+
+
+class WorkerUnavailable(Exception):
+    """The cell's worker could not be started or is unsafe to fork from."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class WorkerInfo:
+    """What the worker said when it was ready, and how long starting it took."""
+
+    pid: int
+    start_s: float
+    import_s: float
+    preloaded: dict[str, float]
+    failed: dict[str, str]
+    comm_op: dict[str, Any]
+    hazards: list[str] = field(default_factory=list)
+
+
+class CellWorker:
+    """One pre-imported worker for one environment; safe to use from several threads."""
+
+    def __init__(self, env: Environment, repo_root: Path, log_path: Path, ready_timeout_s: float = READY_TIMEOUT_S):
+        self.env = env
+        self.repo_root = repo_root
+        self.log_path = log_path
+        self.ready_timeout_s = ready_timeout_s
+        self.info: WorkerInfo | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._events: dict[str, queue.Queue[dict[str, Any]]] = {}
+        self._ready: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._dead = False
+        self._held = contextlib.ExitStack()
+
+    # -- life ----------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self._dead and self._proc.poll() is None
+
+    def start(self) -> WorkerInfo:
+        started = time.perf_counter()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The worker builds and loads JIT ops in the environment's extensions dir for
+        # as long as it lives: hold it like a launch does.
+        self._held.enter_context(extensions_in_use(Path(self.env.extensions_dir)))
+        read_end, write_end = os.pipe()
+        environment = rank_environment(self.env, 1, self.repo_root)
+        # torch.cuda.is_available() through NVML: it must not initialise CUDA before a fork.
+        environment["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [self.env.python, "-m", "repros.common.cell_server", "--reply-fd", str(write_end)],
+                cwd=self.repo_root,
+                env=environment,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_end,),
+                start_new_session=True,
+            )
+        os.close(write_end)
+        threading.Thread(target=self._read_replies, args=(read_end,), daemon=True).start()
+        try:
+            ready = self._ready.get(timeout=self.ready_timeout_s)
+        except queue.Empty:
+            self.close()
+            raise WorkerUnavailable(f"the worker was not ready within {self.ready_timeout_s:.0f} s") from None
+        if ready.get("event") != "ready":
+            self.close()
+            raise WorkerUnavailable(f"the worker exited before it was ready: {tail(self.log_path, 600).strip()}")
+        self.info = WorkerInfo(
+            pid=int(ready["pid"]),
+            start_s=time.perf_counter() - started,
+            import_s=float(ready["import_s"]),
+            preloaded=dict(ready.get("preloaded", {})),
+            failed=dict(ready.get("failed", {})),
+            comm_op=dict(ready.get("comm_op", {})),
+            hazards=list(ready.get("hazards", [])),
+        )
+        if self.info.hazards:
+            self.close()
+            raise WorkerUnavailable("forking the worker is unsafe: " + "; ".join(self.info.hazards))
+        return self.info
+
+    def _read_replies(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as stream:
+            for line in stream:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if event.get("event") == "ready":
+                    self._ready.put(event)
+                    continue
+                with self._lock:
+                    box = self._events.get(str(event.get("id")))
+                if box is not None:
+                    box.put(event)
+        self._dead = True
+        eof = {"event": "eof"}
+        self._ready.put(eof)
+        with self._lock:
+            for box in self._events.values():
+                box.put(eof)
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                assert proc.stdin is not None
+                proc.stdin.write(b'{"op": "exit"}\n')
+                proc.stdin.flush()
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+        elif proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        self._dead = True
+        self._held.close()
+
+    # -- items ---------------------------------------------------------------------------
+    def _send(self, request: dict[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        with self._lock:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+
+    def launch(self, module: str, mode: str, world_size: int, item_dir: Path, timeout_s: float) -> LaunchResult:
+        item_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(8)
+        request_id = token
+        box: queue.Queue[dict[str, Any]] = queue.Queue()
+        with self._lock:
+            self._events[request_id] = box
+        request = {
+            "op": "launch",
+            "id": request_id,
+            "module": module,
+            "mode": mode,
+            "world_size": world_size,
+            "item_dir": str(item_dir),
+            # What differs per item from the worker's own environment.
+            "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size)},
+        }
+        command = [self.env.python, "-m", "repros.common.cell_server", f"(worker pid {self.info.pid if self.info else '?'})"]
+        command += ["--module", module, "--mode", mode, "--item-dir", str(item_dir), "--world-size", str(world_size)]
+        started = time.perf_counter()
+        timed_out = False
+        returncode: int | None = None
+        leader: int | None = None
+        notes: list[str] = []
+        try:
+            try:
+                self._send(request)
+                event = box.get(timeout=START_TIMEOUT_S)
+            except (BrokenPipeError, OSError, ValueError):
+                event = {"event": "eof"}
+            except queue.Empty:
+                event = {"event": "eof"}
+                notes.append(f"the worker did not fork the item within {START_TIMEOUT_S:.0f} s")
+            if event.get("event") == "started":
+                leader = int(event["pid"])
+                remaining = max(0.0, timeout_s - (time.perf_counter() - started))
+                try:
+                    event = box.get(timeout=remaining)
+                except queue.Empty:
+                    timed_out = True
+                    ask_for_stacks(item_dir, world_size)
+                    time.sleep(1.0)
+                    signal_group(leader, signal.SIGTERM)
+                    try:
+                        event = box.get(timeout=5)
+                    except queue.Empty:
+                        signal_group(leader, signal.SIGKILL)
+                        with contextlib.suppress(queue.Empty):
+                            event = box.get(timeout=10)
+                if event.get("event") == "exited":
+                    returncode = int(event["code"])
+            if event.get("event") == "eof":
+                notes.append(f"the cell's worker died; its log ends: {tail(self.log_path, 600).strip()}")
+        finally:
+            with self._lock:
+                self._events.pop(request_id, None)
+            leftovers: list[int] = []
+            if leader is not None:
+                signal_group(leader, signal.SIGKILL)
+                leftovers += sweep_session(leader)
+            leftovers += sweep(token)
+        wall_s = time.perf_counter() - started
+        records = {r: read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
+        shm_removed = remove_item_segments(records.values())
+        launcher_log = item_dir / "launcher.log"
+        if notes:
+            with open(launcher_log, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(notes) + "\n")
+        return LaunchResult(
+            command=command,
+            returncode=None if timed_out else returncode,
+            timed_out=timed_out,
+            wall_s=wall_s,
+            world_size=world_size,
+            records=records,
+            rank_exitcodes=_failed_rank_codes(item_dir / LAUNCHER_RECORD),
+            rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
+            launcher_tail=tail(launcher_log, TAIL_BYTES),
+            leftovers_killed=sorted(set(leftovers)),
+            stale_build_locks_removed=[],
+            shm_segments_removed=shm_removed,
+            launcher="worker",
+        )
+
+
+def _failed_rank_codes(path: Path) -> dict[int, int]:
+    """Exit codes of the ranks that failed on their own (not those the leader stopped)."""
+    record = read_record(path)
+    if not record:
+        return {}
+    stopped = set(record.get("stopped", []))
+    return {int(r): int(c) for r, c in record.get("ranks", {}).items() if int(c) != 0 and int(r) not in stopped}
+
+
+class WorkerPool:
+    """One worker per environment, started on first use and restarted after a death."""
+
+    def __init__(self, repo_root: Path, log_dir: Path) -> None:
+        self.repo_root = repo_root
+        self.log_dir = log_dir
+        self._workers: dict[str, CellWorker] = {}
+        self._unavailable: dict[str, str] = {}
+        self._cells: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, env: Environment, name: str) -> CellWorker | None:
+        """The environment's live worker, or None (with ``reason(env)``) where it cannot run one."""
+        key = f"{env.key}:{env.python}"
+        with self._lock:
+            self._cells.setdefault(name, key)
+            worker = self._workers.get(key)
+            if worker is not None and worker.alive:
+                return worker
+            if key in self._unavailable:
+                return None
+            if worker is not None:
+                worker.close()
+            worker = CellWorker(env, self.repo_root, self.log_dir / f"worker-{name}.log")
+            try:
+                worker.start()
+            except WorkerUnavailable as exc:
+                self._unavailable[key] = exc.reason
+                return None
+            self._workers[key] = worker
+            return worker
+
+    def reason(self, env: Environment) -> str:
+        return self._unavailable.get(f"{env.key}:{env.python}", "")
+
+    def started_by_cell(self) -> dict[str, WorkerInfo]:
+        """The last worker started for each cell (by the cell's name)."""
+        found = {}
+        for name, key in self._cells.items():
+            worker = self._workers.get(key)
+            if worker is not None and worker.info is not None:
+                found[name] = worker.info
+        return found
+
+    def unavailable_by_cell(self) -> dict[str, str]:
+        return {name: self._unavailable[key] for name, key in self._cells.items() if key in self._unavailable}
+
+    def close(self) -> None:
+        with self._lock:
+            for worker in self._workers.values():
+                worker.close()
