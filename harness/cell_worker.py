@@ -36,6 +36,8 @@ from harness.launch import (
     ask_for_stacks,
     extensions_in_use,
     rank_environment,
+    track_in_flight,
+    untrack_in_flight,
     read_record,
     signal_group,
     tail,
@@ -178,6 +180,11 @@ class CellWorker:
         self._dead = True
         self._held.close()
 
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            signal_group(self._proc.pid, signal.SIGKILL)
+        self._dead = True
+
     # -- items ---------------------------------------------------------------------------
     def _send(self, request: dict[str, Any]) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -185,7 +192,15 @@ class CellWorker:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
 
-    def launch(self, module: str, mode: str, world_size: int, item_dir: Path, timeout_s: float) -> LaunchResult:
+    def launch(
+        self,
+        module: str,
+        mode: str,
+        world_size: int,
+        item_dir: Path,
+        timeout_s: float,
+        extra_env: dict[str, str] | None = None,
+    ) -> LaunchResult:
         item_dir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(8)
         request_id = token
@@ -200,7 +215,7 @@ class CellWorker:
             "world_size": world_size,
             "item_dir": str(item_dir),
             # What differs per item from the worker's own environment.
-            "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size)},
+            "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size), **(extra_env or {})},
         }
         command = [self.env.python, "-m", "repros.common.cell_server", f"(worker pid {self.info.pid if self.info else '?'})"]
         command += ["--module", module, "--mode", mode, "--item-dir", str(item_dir), "--world-size", str(world_size)]
@@ -220,6 +235,7 @@ class CellWorker:
                 notes.append(f"the worker did not fork the item within {START_TIMEOUT_S:.0f} s")
             if event.get("event") == "started":
                 leader = int(event["pid"])
+                track_in_flight(leader)
                 remaining = max(0.0, timeout_s - (time.perf_counter() - started))
                 try:
                     event = box.get(timeout=remaining)
@@ -244,6 +260,7 @@ class CellWorker:
             leftovers: list[int] = []
             if leader is not None:
                 signal_group(leader, signal.SIGKILL)
+                untrack_in_flight(leader)
                 leftovers += sweep_session(leader)
             leftovers += sweep(token)
         wall_s = time.perf_counter() - started
@@ -310,6 +327,18 @@ class WorkerPool:
                 return None
             self._workers[key] = worker
             return worker
+
+    def retire(self, env: Environment) -> None:
+        """Close the environment's worker (its cell is done); a later ``get`` starts a new one."""
+        with self._lock:
+            worker = self._workers.get(f"{env.key}:{env.python}")
+        if worker is not None:
+            worker.close()
+
+    def abort(self) -> None:
+        """Kill every worker now (an interrupt); the items they forked are killed by their groups."""
+        for worker in list(self._workers.values()):
+            worker.kill()
 
     def reason(self, env: Environment) -> str:
         return self._unavailable.get(f"{env.key}:{env.python}", "")

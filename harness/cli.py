@@ -26,7 +26,7 @@ from harness.matrix import Matrix, load_matrix
 from harness.merge import merge_runs
 from harness.repro_registry import Discovery, discover
 from harness.results import RESULTS_FILE, read_results
-from harness.runner import LAUNCHERS, REPO_ROOT, RunOptions, execute
+from harness.runner import LAUNCHERS, REPO_ROOT, RunOptions, default_launcher, execute
 from harness.shard import parse_shard
 from harness.summary import print_summary
 from repros.common.spec import MODES
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--launcher",
         choices=LAUNCHERS,
-        default="worker",
+        default=default_launcher(),
         help="worker: fork each item's ranks from the cell's pre-imported worker (default); "
         "torchrun: a bare torchrun per item",
     )

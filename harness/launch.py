@@ -18,6 +18,7 @@ import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -140,6 +141,27 @@ def ask_for_stacks(item_dir: Path, world_size: int) -> None:
 
 IN_USE_FILE = ".harness-in-use"
 
+#: Process groups of the items running now (several under ``--jobs``): an interrupt kills them all.
+_in_flight: set[int] = set()
+_in_flight_lock = threading.Lock()
+
+
+def track_in_flight(pgid: int) -> None:
+    with _in_flight_lock:
+        _in_flight.add(pgid)
+
+
+def untrack_in_flight(pgid: int) -> None:
+    with _in_flight_lock:
+        _in_flight.discard(pgid)
+
+
+def kill_in_flight() -> list[int]:
+    """SIGKILL the process group of every item running now; return the groups signalled."""
+    with _in_flight_lock:
+        groups = sorted(_in_flight)
+    return [pgid for pgid in groups if signal_group(pgid, signal.SIGKILL)]
+
 
 @contextmanager
 def extensions_in_use(extensions_dir: Path) -> Iterator[list[str]]:
@@ -178,6 +200,7 @@ def launch_item(
     item_dir: Path,
     timeout_s: float,
     repo_root: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> LaunchResult:
     item_dir.mkdir(parents=True, exist_ok=True)
     command = torchrun_command(env.python, module, mode, world_size, item_dir)
@@ -189,13 +212,14 @@ def launch_item(
         proc = subprocess.Popen(
             command,
             cwd=repo_root,
-            env=rank_environment(env, world_size, repo_root, token),
+            env={**rank_environment(env, world_size, repo_root, token), **(extra_env or {})},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         pgid = proc.pid
+        track_in_flight(pgid)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -209,6 +233,7 @@ def launch_item(
                 pass
         finally:
             signal_group(pgid, signal.SIGKILL)
+            untrack_in_flight(pgid)
             proc.wait()
             # The ranks live in sessions of their own: sweep whatever carries the token.
             leftovers = sweep(token)

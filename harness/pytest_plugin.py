@@ -33,7 +33,6 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,13 +43,15 @@ from rich.console import Console
 from harness import __version__
 from harness.environments import Environment, EnvironmentUnavailable, UvEnvironments, default_cache_dir
 from harness.errors import UserError
-from harness.gpu_lease import lease, visible_devices, visible_gpus
+from harness.cell_worker import WorkerPool
+from harness.gpu_lease import lease, visible_gpus
 from harness.junit import JUNIT_FILE, write_junit
 from harness.package_index import pip_index_config
 from harness.provenance import host_info
 from harness.repro_registry import BrokenRepro, Discovery, discover
 from harness.results import RESULTS_FILE, ResultsWriter, read_results
 from harness.runner import (
+    LAUNCHERS,
     REPO_ROOT,
     Plan,
     PlannedItem,
@@ -59,6 +60,7 @@ from harness.runner import (
     _git_commit,
     _options_record,
     _write_run_json,
+    default_launcher,
     environment_for,
     new_run_id,
     observe_item,
@@ -88,6 +90,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--modes", dest="ft_modes", action="append", help=f"modes (default: {','.join(MODES)})")
     group.addoption("--repros-dir", dest="ft_repros_dir", action="append", default=[], help="also load repros here")
     group.addoption("--repro-out", dest="ft_out", help="where the records go (default: reports/pytest-<run-id>)")
+    group.addoption(
+        "--repro-launcher",
+        dest="ft_launcher",
+        choices=LAUNCHERS,
+        default=default_launcher(),
+        help="worker: fork the ranks from each cell's pre-imported worker (default); torchrun: a bare torchrun per item",
+    )
     parser.addini("ft_regress_reports", "directory for repro runs' output", default="reports")
 
 
@@ -105,6 +114,16 @@ class ReproSession:
     envs: dict[str, tuple[Environment | None, str]] = field(default_factory=dict)
     builder: UvEnvironments | None = None
     writer: ResultsWriter | None = None
+    #: This process's pre-imported cell workers (``--repro-launcher worker``), started on first use.
+    workers: WorkerPool | None = None
+
+    def worker_pool(self) -> WorkerPool | None:
+        if self.config.getoption("ft_launcher") != "worker":
+            return None
+        if self.workers is None:
+            name = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+            self.workers = WorkerPool(REPO_ROOT, self.out / "workers" / name)
+        return self.workers
 
     def environment(self, item: PlannedItem) -> tuple[Environment | None, str]:
         """The cell's environment, resolved (built if need be) once per process."""
@@ -393,7 +412,7 @@ class ReproItem(_RecordedItem):
         state = self.config.stash[STATE]
         env, reason = state.environment(self.planned)
         wanted = self.planned.world_size if state.gpus and env is not None else 0
-        with lease(wanted, state.gpus) as gpus, (visible_devices(gpus) if gpus else nullcontext()):
+        with lease(wanted, state.gpus) as gpus:
             record = observe_item(
                 run_id=state.run_id,
                 item=self.planned,
@@ -402,9 +421,9 @@ class ReproItem(_RecordedItem):
                 unavailable_reason=reason,
                 out=state.out,
                 repro_cmd=repro_command(state.opts, self.planned),
+                workers=state.worker_pool(),
+                gpus=gpus,
             )
-        if gpus:
-            record["gpus_leased"] = gpus
         self._finish(state, record)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
@@ -461,6 +480,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.writer is not None:
         state.writer.close()
         state.writer = None
+    if state.workers is not None:
+        state.workers.close()
     if state.is_worker or session.config.getoption("collectonly") or not state.out.exists():
         return
     path = state.out / RESULTS_FILE

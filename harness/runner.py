@@ -15,16 +15,19 @@ import secrets
 import shlex
 import signal
 import subprocess
+import threading
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 import repros
 from harness import __version__
+from harness.cell_worker import WorkerPool
 from harness.environments import (
     Environment,
     EnvironmentUnavailable,
@@ -36,14 +39,14 @@ from harness.errors import UserError
 from harness.expectations import expectation_for
 from harness.html_report import write_report
 from harness.junit import JUNIT_FILE, write_junit
-from harness.cell_worker import WorkerPool
-from harness.launch import LaunchResult, launch_item
+from harness.launch import LaunchResult, kill_in_flight, launch_item
 from harness.matrix import Cell, Matrix
 from harness.outcome import classify
 from harness.package_index import pip_index_config
 from harness.provenance import host_info
 from harness.repro_registry import BrokenRepro, Discovery, Repro
 from harness.results import RESULTS_FILE, ItemId, ResultsWriter, item_record, read_results, unobserved_record
+from harness.scheduler import Demand, Machine, Slots
 from harness.shard import Shard, assign, durations_from, shard_meta
 from harness.summary import print_summary
 from repros.common.spec import MODES
@@ -53,6 +56,12 @@ REPO_ROOT = Path(repros.__file__).resolve().parent.parent
 
 
 LAUNCHERS = ("worker", "torchrun")
+
+
+def default_launcher() -> str:
+    """``$FT_REGRESS_LAUNCHER`` when it names a launcher, else the pre-imported worker."""
+    chosen = os.environ.get("FT_REGRESS_LAUNCHER", "")
+    return chosen if chosen in LAUNCHERS else "worker"
 
 
 @dataclass(frozen=True)
@@ -252,6 +261,7 @@ def observe_item(
     out: Path,
     repro_cmd: str,
     workers: WorkerPool | None = None,
+    gpus: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Launch one item in ``env`` and return its result record (UNRESOLVABLE without an env).
 
@@ -271,7 +281,8 @@ def observe_item(
             finished_at=_now(),
         )
     item_dir = (out / "items" / item.cell.name / f"{item.repro_id}-{item.mode}").resolve()
-    launch = _launch(item, env, item_dir, workers)
+    extra_env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
+    launch = _launch(item, env, item_dir, workers, extra_env)
     observation = classify(item.mode, repro.spec, launch)
     record = item_record(
         run_id=run_id,
@@ -287,14 +298,114 @@ def observe_item(
     )
     if workers is not None and launch.launcher != "worker":
         record["launcher_fallback"] = workers.reason(env)
+    if gpus:
+        record["gpus_leased"] = list(gpus)
     return record
 
 
-def _launch(item: PlannedItem, env: Environment, item_dir: Path, workers: WorkerPool | None) -> LaunchResult:
+def _launch(
+    item: PlannedItem, env: Environment, item_dir: Path, workers: WorkerPool | None, extra_env: dict[str, str]
+) -> LaunchResult:
     worker = workers.get(env, item.cell.name) if workers is not None else None
+    timeout = item.cell.timeout_s
     if worker is not None:
-        return worker.launch(item.module, item.mode, item.world_size, item_dir, item.cell.timeout_s)
-    return launch_item(env, item.module, item.mode, item.world_size, item_dir, item.cell.timeout_s, REPO_ROOT)
+        return worker.launch(item.module, item.mode, item.world_size, item_dir, timeout, extra_env)
+    return launch_item(env, item.module, item.mode, item.world_size, item_dir, timeout, REPO_ROOT, extra_env)
+
+
+class _Dispatch:
+    """Runs the planned items on worker threads, as many at once as ``--jobs`` and the
+    machine's free cores, memory and GPUs allow (``scheduler.Slots``), and records each on
+    the main thread as it finishes. A cell's worker is closed once its last item is done."""
+
+    def __init__(
+        self,
+        opts: RunOptions,
+        run_id: str,
+        out: Path,
+        workers: WorkerPool | None,
+        writer: ResultsWriter,
+        records: list[dict[str, Any]],
+        console: Console,
+        progress: Progress,
+        task: TaskID,
+    ) -> None:
+        self.opts = opts
+        self.run_id = run_id
+        self.out = out
+        self.workers = workers
+        self.writer = writer
+        self.records = records
+        self.console = console
+        self.progress = progress
+        self.task = task
+        self.machine = Machine.detect()
+        self.slots = Slots(self.machine, opts.jobs)
+        self.stop = threading.Event()
+        self.pending: set[Future[dict[str, Any] | None]] = set()
+        self.left_in_cell: dict[str, int] = {}
+        self.env_of_cell: dict[str, Environment] = {}
+        threads = opts.jobs or self.machine.cpus
+        self.executor = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="item")
+
+    def submit(self, items: list[PlannedItem], env: Environment | None, reason: str) -> None:
+        for item in items:
+            self.left_in_cell[item.cell.name] = self.left_in_cell.get(item.cell.name, 0) + 1
+            if env is not None:
+                self.env_of_cell[item.cell.name] = env
+            self.pending.add(self.executor.submit(self._observe, item, env, reason))
+        self._collect(block=False)
+
+    def _observe(self, item: PlannedItem, env: Environment | None, reason: str) -> dict[str, Any] | None:
+        with self.slots.hold(Demand.for_item(item.world_size, self.machine)) as gpus:
+            if self.stop.is_set():
+                return None
+            return observe_item(
+                run_id=self.run_id,
+                item=item,
+                repro=self.opts.discovery.repros[item.repro_id],
+                env=env,
+                unavailable_reason=reason,
+                out=self.out,
+                repro_cmd=repro_command(self.opts, item),
+                workers=self.workers,
+                gpus=gpus,
+            )
+
+    def _collect(self, block: bool) -> None:
+        done, _ = wait(self.pending, timeout=0.2 if block else 0, return_when=FIRST_COMPLETED)
+        for future in done:
+            self.pending.discard(future)
+            record = future.result()
+            if record is None or self.stop.is_set():
+                continue
+            self.writer.append(record)
+            self.records.append(record)
+            self.progress.advance(self.task)
+            self.console.print(progress_line(record), highlight=False, markup=False)
+            cell = record["cell"]
+            self.left_in_cell[cell] -= 1
+            if self.left_in_cell[cell] == 0 and self.workers is not None and cell in self.env_of_cell:
+                self.workers.retire(self.env_of_cell[cell])
+        running = len(self.pending)
+        if running:
+            self.progress.update(self.task, description=f"{running} items queued or running")
+
+    def drain(self) -> None:
+        while self.pending:
+            self._collect(block=True)
+
+    def abort(self) -> None:
+        """Stop: no new item starts, the running ones are killed, their records dropped."""
+        self.stop.set()
+        kill_in_flight()
+        if self.workers is not None:
+            self.workers.abort()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        kill_in_flight()
+
+    def concurrency(self) -> dict[str, Any]:
+        return {"jobs": self.opts.jobs, "machine": self.machine.describe(), "most_at_once": self.slots.peak}
 
 
 class RunInterrupted(Exception):
@@ -455,41 +566,31 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
                 writer.append(record)
                 records.append(record)
                 console.print(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})", highlight=False, markup=False)
-            for cell_name, items in by_cell.items():
-                cell = items[0].cell
-                progress.update(task, description=f"{cell_name}: environment")
-                env: Environment | None = None
-                reason = ""
-                try:
-                    env = environment_for(cell, builder, cache_dir)
-                    how = (
-                        "passthrough"
-                        if env.passthrough
-                        else ("reused" if env.reused else f"built in {env.build_s:.1f}s")
-                    )
-                    console.print(f"{cell_name}: environment {env.key} {how}", highlight=False)
-                except EnvironmentUnavailable as exc:
-                    reason = exc.reason
-                    console.print(f"{cell_name}: environment unavailable\n{reason}", highlight=False, markup=False)
-                meta["cells"][cell_name] = _cell_meta(cell, env, reason)
-                _write_run_json(out, meta)
-
-                for item in items:
-                    progress.update(task, description=f"{item.id.label()}")
-                    record = observe_item(
-                        run_id=run_id,
-                        item=item,
-                        repro=opts.discovery.repros[item.repro_id],
-                        env=env,
-                        unavailable_reason=reason,
-                        out=out,
-                        repro_cmd=repro_command(opts, item),
-                        workers=workers,
-                    )
-                    writer.append(record)
-                    records.append(record)
-                    progress.advance(task)
-                    console.print(progress_line(record), highlight=False, markup=False)
+            dispatch = _Dispatch(opts, run_id, out, workers, writer, records, console, progress, task)
+            try:
+                for cell_name, items in by_cell.items():
+                    cell = items[0].cell
+                    if opts.jobs == 1:
+                        # One item at a time: nothing else runs while an environment is built.
+                        dispatch.drain()
+                    progress.update(task, description=f"{cell_name}: environment")
+                    env: Environment | None = None
+                    reason = ""
+                    try:
+                        env = environment_for(cell, builder, cache_dir)
+                        console.print(f"{cell_name}: environment {env.key} {_how(env)}", highlight=False)
+                    except EnvironmentUnavailable as exc:
+                        reason = exc.reason
+                        console.print(f"{cell_name}: environment unavailable\n{reason}", highlight=False, markup=False)
+                    meta["cells"][cell_name] = _cell_meta(cell, env, reason)
+                    _write_run_json(out, meta)
+                    dispatch.submit(items, env, reason)
+                dispatch.drain()
+            except BaseException:
+                dispatch.abort()
+                raise
+            finally:
+                meta["concurrency"] = dispatch.concurrency()
     except KeyboardInterrupt:
         interrupted = "SIGINT"
     except RunInterrupted as exc:

@@ -134,6 +134,8 @@ def write_matrix(path: Path, cells: list[str], lane: str = "t", extra: dict[str,
 def run_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS"}}
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    # The stand-in stack fakes torchrun, not a cell's pre-imported worker.
+    env["FT_REGRESS_LAUNCHER"] = "torchrun"
     env.update(extra)
     return env
 

@@ -110,8 +110,8 @@ def fork_hazards() -> list[str]:
     hazards = []
     if threading.active_count() > 1:
         hazards.append(f"{threading.active_count()} Python threads running after the imports")
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if cuda is not None and cuda.is_initialized():
         hazards.append("CUDA was initialised by the imports (a forked rank could not use it)")
     return hazards
 
