@@ -77,7 +77,16 @@ class WorkerInfo:
 class CellWorker:
     """One pre-imported worker for one environment; safe to use from several threads."""
 
-    def __init__(self, env: Environment, repo_root: Path, log_path: Path, ready_timeout_s: float = READY_TIMEOUT_S):
+    def __init__(
+        self,
+        env: Environment,
+        repo_root: Path,
+        log_path: Path,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        server_args: tuple[str, ...] = (),
+    ):
+        """``server_args``: more arguments for the server (``--preload``, ``--rank-entry``: tests)."""
+        self.server_args = server_args
         self.env = env
         self.repo_root = repo_root
         self.log_path = log_path
@@ -107,7 +116,7 @@ class CellWorker:
         environment["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [self.env.python, "-m", "repros.common.cell_server", "--reply-fd", str(write_end)],
+                [self.env.python, "-m", "repros.common.cell_server", "--reply-fd", str(write_end), *self.server_args],
                 cwd=self.repo_root,
                 env=environment,
                 stdin=subprocess.PIPE,
@@ -299,9 +308,10 @@ def _failed_rank_codes(path: Path) -> dict[int, int]:
 class WorkerPool:
     """One worker per environment, started on first use and restarted after a death."""
 
-    def __init__(self, repo_root: Path, log_dir: Path) -> None:
+    def __init__(self, repo_root: Path, log_dir: Path, server_args: tuple[str, ...] = ()) -> None:
         self.repo_root = repo_root
         self.log_dir = log_dir
+        self.server_args = server_args
         self._workers: dict[str, CellWorker] = {}
         self._unavailable: dict[str, str] = {}
         self._cells: dict[str, str] = {}
@@ -319,7 +329,7 @@ class WorkerPool:
                 return None
             if worker is not None:
                 worker.close()
-            worker = CellWorker(env, self.repo_root, self.log_dir / f"worker-{name}.log")
+            worker = CellWorker(env, self.repo_root, self.log_dir / f"worker-{name}.log", server_args=self.server_args)
             try:
                 worker.start()
             except WorkerUnavailable as exc:

@@ -26,7 +26,7 @@ from harness.matrix import Matrix, load_matrix
 from harness.merge import merge_runs
 from harness.repro_registry import Discovery, discover
 from harness.results import RESULTS_FILE, read_results
-from harness.runner import LAUNCHERS, REPO_ROOT, RunOptions, default_launcher, execute
+from harness.runner import LAUNCHERS, REPO_ROOT, RunOptions, default_launcher, execute, new_run_id
 from harness.shard import parse_shard
 from harness.summary import print_summary
 from repros.common.spec import MODES
@@ -131,6 +131,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K",
         help="probe K more untested releases to catch a non-monotonic history",
     )
+
+    bench = sub.add_parser(
+        "bench", help="time items under bare torchrun and through the harness, interleaved, and what they cost"
+    )
+    bench.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: %(default)s)")
+    bench.add_argument("--lane", help="the lane whose items to time (default: the matrix's default_lane)")
+    bench.add_argument("--cells", type=_csv, default=(), help="comma-separated cell names")
+    bench.add_argument("--repros", type=_csv, default=(), help="comma-separated repro ids")
+    bench.add_argument("--modes", type=_csv, default=MODES, help="comma-separated modes")
+    bench.add_argument("--rounds", type=int, default=2, help="rounds of bare torchrun then harness (default 2)")
+    bench.add_argument("--out", type=Path, help="output directory (default: reports/bench-<run-id>)")
+    bench.add_argument("--cache-dir", type=Path, help=f"environment cache (default: {default_cache_dir()})")
+    bench.add_argument("--no-cold", action="store_true", help="skip the cold environment build and the JIT timings")
+    bench.add_argument("--no-jobs", action="store_true", help="skip the --jobs 0 harness run")
 
     compare = sub.add_parser("compare", help="classify what changed between two runs (markdown)")
     compare.add_argument("old", type=Path, help="the earlier run's directory")
@@ -289,6 +303,27 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
     return execute(opts, console, argv)
 
 
+def _bench(args: argparse.Namespace, console: Console) -> int:
+    from harness.bench import BenchOptions, run_bench
+
+    if args.rounds < 1:
+        raise UserError("command line", "--rounds", f"{args.rounds} runs nothing", "pass --rounds 2 for A B A B")
+    matrix, discovery = _load(args.matrix)
+    opts = RunOptions(
+        matrix=matrix,
+        discovery=discovery,
+        lane=args.lane,
+        cells=args.cells,
+        repros=args.repros,
+        modes=args.modes,
+        cache_dir=_cache_dir(args),
+        cache_dir_given=args.cache_dir is not None,
+    )
+    out = args.out or Path("reports") / f"bench-{new_run_id()}"
+    bench = BenchOptions(run=opts, rounds=args.rounds, out=out.resolve(), cold=not args.no_cold, jobs_probe=not args.no_jobs)
+    return run_bench(bench, console)
+
+
 def _merge(args: argparse.Namespace, console: Console) -> int:
     merged = merge_runs(args.out, args.shards)
     print_summary(console, merged.records, merged.meta["excluded"])
@@ -373,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bisect(args, console)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "bench":
+            return _bench(args, console)
         if args.command == "merge":
             return _merge(args, console)
         return _list(args, console)

@@ -9,10 +9,16 @@ directory is wiped and rebuilt). A lock file per key keeps two runs from buildin
 the same environment at once.
 
 DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built
-without build isolation against it; uv caches the built wheel, so the next
-environment with the same DeepSpeed and torch does not build it again. Each
-environment has its own ``TORCH_EXTENSIONS_DIR`` inside it, so DeepSpeed's JIT ops
-are compiled once per environment and never by another version.
+without build isolation against it, with its shared-memory comm op compiled ahead of
+time (``DS_BUILD_SHM_COMM=1``, DeepSpeed's own way to pre-install ops): every
+``deepspeed.init_distributed`` on a CPU accelerator loads that op, and compiled just
+in time it cost ~40 s in every new environment. The wheel so built is only right for
+the torch it was built against, so it is cached in a uv cache of its own per
+(interpreter, torch, platform, accelerator) pair, never in the shared one: the next
+environment with the same pair installs it in well under a second and compiles
+nothing. Where it cannot be built ahead of time (no compiler, a release without the
+switch) DeepSpeed is installed plainly and compiles the op at first use, in the
+environment's own ``TORCH_EXTENSIONS_DIR``, as before.
 
 A passthrough cell uses the running interpreter as it is.
 """
@@ -23,6 +29,8 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -35,8 +43,12 @@ from pathlib import Path
 from harness.package_index import IndexConfig
 
 #: Bump when the way environments are built changes, so old ones are not reused.
-#: 2: JIT ops live inside each environment.
-RECIPE_VERSION = 2
+#: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
+RECIPE_VERSION = 3
+#: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
+#: ``-g0``: no debug information (Python's own flags ask for it; over torch's headers it
+#: triples the compile time, and the JIT build it replaces had none either).
+DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "CFLAGS": "-g0"}
 READY_MARKER = "READY"
 ENV_RECORD = "env.json"
 UV_TIMEOUT_S = 1800
@@ -108,6 +120,8 @@ class Environment:
     reused: bool
     build_s: float
     passthrough: bool = False
+    #: How DeepSpeed's ops were installed: the ops prebuilt, the pair cache, the seconds it took.
+    deepspeed_ops: dict[str, object] | None = None
 
     def version(self, package: str) -> str | None:
         return self.packages.get(package.lower().replace("_", "-"))
@@ -244,12 +258,17 @@ class UvEnvironments:
         env.setdefault("UV_NO_PROGRESS", "1")
         return env
 
-    def _uv(self, args: list[str], log: Path) -> None:
+    def _uv(self, args: list[str], log: Path, extra_env: dict[str, str] | None = None) -> None:
         with open(log, "a") as fh:
-            fh.write(f"$ uv {' '.join(args)}\n")
+            fh.write(f"$ {' '.join(f'{k}={v}' for k, v in (extra_env or {}).items())} uv {' '.join(args)}\n")
             fh.flush()
             out = subprocess.run(
-                [self.uv, *args], capture_output=True, text=True, env=self._uv_env(), timeout=UV_TIMEOUT_S, check=False
+                [self.uv, *args],
+                capture_output=True,
+                text=True,
+                env={**self._uv_env(), **(extra_env or {})},
+                timeout=UV_TIMEOUT_S,
+                check=False,
             )
             fh.write(out.stdout + out.stderr + f"(exit {out.returncode})\n")
         if out.returncode != 0:
@@ -294,11 +313,15 @@ class UvEnvironments:
         self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log)
         python = str(venv / "bin" / "python")
         packages = dict(request.packages)
+        deepspeed_ops = None
         if "deepspeed" in packages and "torch" in packages:
             # DeepSpeed's setup imports torch: install torch (and setuptools, which its
-            # build needs without isolation) first, then build DeepSpeed against it.
-            self._uv([*self._install_args(python, request), f"torch{packages['torch']}", "setuptools", "wheel"], log)
+            # build needs without isolation, and ninja, which it compiles with) first,
+            # then build DeepSpeed against it.
+            first = [f"torch{packages['torch']}", "setuptools", "wheel", "ninja"]
+            self._uv([*self._install_args(python, request), *first], log)
             packages["torch"] = f"=={list_distributions(python).packages['torch']}"
+            deepspeed_ops = self._install_deepspeed(python, request, packages, log)
         requirements = [f"{name}{spec}" for name, spec in sorted(packages.items())]
         extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
         self._uv([*self._install_args(python, request), *extra, *requirements], log)
@@ -312,7 +335,59 @@ class UvEnvironments:
             extensions_dir=str(extensions_dir_for(env_dir)),
             reused=False,
             build_s=0.0,
+            deepspeed_ops=deepspeed_ops,
         )
+
+    def ops_pair_key(self, python: str, torch_version: str) -> str:
+        """What a DeepSpeed wheel with compiled ops is only right for."""
+        material = {
+            "python": python_identity(python),
+            "torch": torch_version,
+            "platform": [sys.platform, platform.machine()],
+            # DeepSpeed picks its accelerator (and so which ops exist) from the host.
+            "gpu_host": shutil.which("nvidia-smi") is not None,
+            "uv": self.uv_version(),
+            "switches": DEEPSPEED_PREBUILT_OPS,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _install_deepspeed(
+        self, python: str, request: EnvRequest, packages: dict[str, str], log: Path
+    ) -> dict[str, object]:
+        """DeepSpeed with its comm op compiled in, from (or built into) its pair's own uv cache."""
+        pair = self.ops_pair_key(python, packages["torch"].lstrip("="))
+        pair_cache = self.cache_dir / "deepspeed-ops" / pair
+        started = time.perf_counter()
+        args = [*self._install_args(python, request), "--cache-dir", str(pair_cache), "--no-deps"]
+        args += ["--no-build-isolation-package", "deepspeed", f"deepspeed{packages['deepspeed']}"]
+        try:
+            self._uv(args, log, extra_env=DEEPSPEED_PREBUILT_OPS)
+        except EnvironmentUnavailable as exc:
+            # Installed plainly by the main step below; its ops compile at first use.
+            return {"prebuilt": [], "pair": pair, "seconds": round(time.perf_counter() - started, 1), "why": exc.reason}
+        return {"prebuilt": prebuilt_ops(python), "pair": pair, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def python_identity(python: str) -> str:
+    """The interpreter a venv was made from (its ``pyvenv.cfg`` home and version), else its path."""
+    cfg = Path(python).parent.parent / "pyvenv.cfg"
+    try:
+        return " ".join(line.strip() for line in cfg.read_text().splitlines() if line.startswith(("home", "version")))
+    except OSError:
+        return str(Path(python).resolve())
+
+
+_INSTALLED_OP = re.compile(r"'(?P<op>[\w]+)':\s*(?:True|1)\b")
+
+
+def prebuilt_ops(python: str) -> list[str]:
+    """The ops DeepSpeed's setup compiled into this environment (its ``installed_ops``)."""
+    venv = Path(python).parent.parent
+    for info in venv.glob("lib/python*/site-packages/deepspeed/git_version_info_installed.py"):
+        for line in info.read_text().splitlines():
+            if line.startswith("installed_ops"):
+                return sorted(m["op"] for m in _INSTALLED_OP.finditer(line))
+    return []
 
 
 def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> Environment:

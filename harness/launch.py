@@ -238,6 +238,22 @@ def launch_item(
             # The ranks live in sessions of their own: sweep whatever carries the token.
             leftovers = sweep(token)
     wall_s = time.perf_counter() - started
+    return collect_torchrun_item(
+        command, item_dir, world_size, None if timed_out else proc.returncode, wall_s, leftovers, stale_locks
+    )
+
+
+def collect_torchrun_item(
+    command: list[str],
+    item_dir: Path,
+    world_size: int,
+    returncode: int | None,
+    wall_s: float,
+    leftovers: list[int],
+    stale_locks: list[str],
+) -> LaunchResult:
+    """Read back what a finished torchrun launch left in ``item_dir`` (``returncode`` None: timed out)."""
+    launcher_log = item_dir / "launcher.log"
     records = {r: read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
     # Every process of the item is gone: what DeepSpeed left in /dev/shm (memory) goes too.
     shm_removed = remove_item_segments(records.values())
@@ -245,8 +261,8 @@ def launch_item(
     exitcodes = {int(m["rank"]): int(m["code"]) for m in _FAILURE_ENTRY.finditer(launcher_tail)}
     return LaunchResult(
         command=command,
-        returncode=None if timed_out else proc.returncode,
-        timed_out=timed_out,
+        returncode=returncode,
+        timed_out=returncode is None,
         wall_s=wall_s,
         world_size=world_size,
         records=records,

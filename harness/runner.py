@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import resource
 import secrets
 import shlex
 import signal
@@ -603,6 +604,8 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
         signal.signal(signal.SIGINT, previous_int)
 
     meta["finished_at"] = _now()
+    # The orchestrator's own high-water mark (its children, the ranks, are not in it).
+    meta["orchestrator_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if interrupted:
         meta["interrupted"] = interrupted
     _write_run_json(out, meta)

@@ -148,22 +148,26 @@ def _exit_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def _run_rank(request: dict[str, Any], rank: int, port: int, host: str) -> int:
+#: What each forked rank runs: ``module:function``, called with rank_main's arguments.
+RANK_ENTRY = "repros.common.rank_main:main"
+
+
+def _run_rank(request: dict[str, Any], rank: int, port: int, host: str, entry: str) -> int:
     """In the forked rank: torchrun's environment, then rank_main as torchrun would run it."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     os.environ.update(rank_environment(request, rank, port, host))
     argv = ["--module", request["module"], "--mode", request["mode"], "--item-dir", request["item_dir"]]
-    sys.argv = [str(Path(__file__).with_name("rank_main.py")), *argv]
-    from repros.common import rank_main
-
+    module_name, _, function = entry.partition(":")
+    module = importlib.import_module(module_name)
+    sys.argv = [str(getattr(module, "__file__", module_name)), *argv]
     try:
-        return int(rank_main.main(argv) or 0)
+        return int(getattr(module, function)(argv) or 0)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
 
 
-def lead_item(request: dict[str, Any]) -> int:
+def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
     """In the item leader: fork the ranks, supervise them like torchrun, record how each ended."""
     host = "127.0.0.1"
     port = free_port(host)
@@ -174,7 +178,7 @@ def lead_item(request: dict[str, Any]) -> int:
         if pid == 0:
             code = 1
             try:
-                code = _run_rank(request, rank, port, host)
+                code = _run_rank(request, rank, port, host, entry)
             except BaseException:  # noqa: BLE001 - rank_main records its own errors; this is a last resort
                 traceback.print_exc()
             finally:
@@ -223,7 +227,7 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _start_item(request: dict[str, Any], close_fds: list[int]) -> int:
+def _start_item(request: dict[str, Any], close_fds: list[int], entry: str) -> int:
     item_dir = Path(request["item_dir"])
     item_dir.mkdir(parents=True, exist_ok=True)
     pid = os.fork()
@@ -242,7 +246,7 @@ def _start_item(request: dict[str, Any], close_fds: list[int]) -> int:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        code = lead_item(request)
+        code = lead_item(request, entry)
     except BaseException:  # noqa: BLE001 - the leader must never return into the server loop
         traceback.print_exc()
     finally:
@@ -251,7 +255,7 @@ def _start_item(request: dict[str, Any], close_fds: list[int]) -> int:
         os._exit(code)
 
 
-def serve(reply_fd: int, modules: list[str]) -> int:
+def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
     reply = os.fdopen(reply_fd, "w", buffering=1)
     started = time.perf_counter()
     took, failed = preload(modules)
@@ -288,7 +292,7 @@ def serve(reply_fd: int, modules: list[str]) -> int:
                 if request.get("op") == "exit":
                     open_input = False
                     continue
-                pid = _start_item(request, [reply_fd])
+                pid = _start_item(request, [reply_fd], entry)
                 leaders[pid] = str(request["id"])
                 _reply(reply, {"event": "started", "id": request["id"], "pid": pid})
         while leaders:
@@ -308,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--preload", default=",".join(DEFAULT_PRELOAD), help="comma-separated modules")
+    parser.add_argument("--rank-entry", default=RANK_ENTRY, help="module:function each rank runs (tests)")
     args = parser.parse_args(argv)
-    return serve(args.reply_fd, [m for m in args.preload.split(",") if m])
+    return serve(args.reply_fd, [m for m in args.preload.split(",") if m], args.rank_entry)
 
 
 if __name__ == "__main__":

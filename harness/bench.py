@@ -1,0 +1,394 @@
+"""``python -m harness bench``: what the harness costs against bare torchrun, in one run.
+
+For the selected items (default: the default lane), interleaved A B A B ...:
+
+* **A, bare**: each item's ranks under a plain ``torchrun --standalone`` of the same
+  script (``repros.common.rank_main``) in the same environment, one after another, timed
+  from the start of torchrun to its exit; the ranks' records are then classified
+  exactly as the harness classifies them, so the outcomes can be compared;
+* **B, harness**: ``python -m harness run`` over the same items, timed end to end (the
+  environments' lookup, the cells' workers starting, every item, the report).
+
+Then it prints per-item medians (bare wall against the harness's per-item wall), the
+lane's totals and their ratio, whether every item had the same outcome and signature in
+every A and B, the fixed trainer's step time run to run, the environments (a cached cell
+ready; a cold build into a scratch cache, and a second environment of the same torch and
+deepspeed), DeepSpeed's comm op (ahead-of-time build, load, and what JIT costs first and
+later), the orchestrator's own peak RSS, and ``--jobs``: measured on this machine, and
+how many items would run at once on a reference GPU box. ``bench.json`` keeps it all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.environments import EnvRequest, Environment, EnvironmentUnavailable, UvEnvironments
+from harness.launch import collect_torchrun_item, rank_environment, signal_group, torchrun_command
+from harness.outcome import classify
+from harness.package_index import pip_index_config
+from harness.process_sweep import sweep
+from harness.results import read_results
+from harness.runner import REPO_ROOT, PlannedItem, RunOptions, environment_for, plan_items
+from harness.scheduler import Demand, Machine, items_at_once
+from repros.common.spec import ReproSpec
+
+#: The GPU box ``--jobs`` is projected onto (a common 8-GPU node).
+REFERENCE_GPU_BOX = Machine(cpus=96, memory_bytes=1024 * 2**30, gpus=tuple(str(i) for i in range(8)))
+
+_SHM_OP_TIMING = """
+import json, sys, time
+started = time.perf_counter()
+import deepspeed
+from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+imported = time.perf_counter()
+builder = ShareMemCommBuilder()
+how = sys.argv[1]
+op = builder.jit_load(verbose=False) if how == "jit" else builder.load(verbose=False)
+print(json.dumps({"seconds": time.perf_counter() - imported, "file": getattr(op, "__file__", None)}))
+"""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    run: RunOptions
+    rounds: int = 2
+    out: Path = Path("reports/bench")
+    cold: bool = True
+    jobs_probe: bool = True
+
+
+def _median(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f} {unit}".rstrip()
+
+
+# -- A: bare torchrun ------------------------------------------------------------------------
+def bare_torchrun(env: Environment, item: PlannedItem, spec: ReproSpec, item_dir: Path) -> dict[str, Any]:
+    """One item under a plain torchrun: its wall, and its outcome as the harness would classify it."""
+    item_dir.mkdir(parents=True, exist_ok=True)
+    command = torchrun_command(env.python, item.module, item.mode, item.world_size, item_dir)
+    token = secrets.token_hex(8)
+    with open(item_dir / "launcher.log", "wb") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=rank_environment(env, item.world_size, REPO_ROOT, token),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            returncode: int | None = proc.wait(timeout=item.cell.timeout_s)
+        except subprocess.TimeoutExpired:
+            returncode = None
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        wall_s = time.perf_counter() - started
+    leftovers = sweep(token)
+    launch = collect_torchrun_item(command, item_dir, item.world_size, returncode, wall_s, leftovers, [])
+    observation = classify(item.mode, spec, launch)
+    steps = _step_median(launch.records.values())
+    return {"wall_s": wall_s, "outcome": observation.outcome, "signature": observation.signature, "step_s": steps}
+
+
+def _step_median(records: Iterable[dict[str, Any] | None]) -> float | None:
+    """The rank-0 median step time after warm-up, as ``metrics`` takes it."""
+    for rec in records:
+        if rec and rec.get("rank") == 0 and rec.get("step_times_s"):
+            times = rec["step_times_s"][int(rec.get("warmup_steps") or 0) :]
+            return statistics.median(times) if times else None
+    return None
+
+
+# -- B: the harness --------------------------------------------------------------------------
+def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs: int = 1) -> dict[str, Any]:
+    cells = sorted({i.cell.name for i in items})
+    repros = sorted({i.repro_id for i in items})
+    modes = sorted({i.mode for i in items})
+    command = [sys.executable, "-m", "harness", "run", "--matrix", str(opts.matrix.path), "--out", str(out)]
+    command += ["--cells", ",".join(cells), "--repros", ",".join(repros), "--modes", ",".join(modes)]
+    command += ["--jobs", str(jobs), "--launcher", "worker"]
+    if opts.cache_dir_given and opts.cache_dir is not None:
+        command += ["--cache-dir", str(opts.cache_dir)]
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    wall_s = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"harness run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    records = {(r["cell"], r["repro"], r["mode"]): r for r in read_results(out / "results.jsonl")}
+    meta = json.loads((out / "run.json").read_text())
+    workers = {name: c.get("worker", {}) for name, c in meta.get("cells", {}).items()}
+    return {
+        "wall_s": wall_s,
+        "records": records,
+        "orchestrator_peak_rss_bytes": meta.get("orchestrator_peak_rss_bytes"),
+        "worker_start_s": {name: w.get("start_s") for name, w in workers.items()},
+        "comm_op_load_s": {name: (w.get("comm_op") or {}).get("seconds") for name, w in workers.items()},
+        "concurrency": meta.get("concurrency"),
+    }
+
+
+# -- environments and JIT --------------------------------------------------------------------
+def warm_environment_times(opts: RunOptions, items: Sequence[PlannedItem]) -> dict[str, float]:
+    """Seconds for a cached cell's environment to be ready, as a new run finds it."""
+    cache = opts.cache_dir
+    assert cache is not None
+    times: dict[str, float] = {}
+    for cell in {i.cell.name: i.cell for i in items}.values():
+        started = time.perf_counter()
+        environment_for(cell, UvEnvironments(cache, pip_index_config()), cache)
+        times[cell.name] = time.perf_counter() - started
+    return times
+
+
+def _op_timing(env: Environment, how: str, extensions: Path) -> dict[str, Any]:
+    environment = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "LOCAL_SIZE": "1"}
+    proc = subprocess.run(
+        [env.python, "-c", _SHM_OP_TIMING, how], capture_output=True, text=True, env=environment, check=False
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr or proc.stdout)[-400:]}
+    return dict(json.loads(lines[-1]))
+
+
+def cold_environments(opts: RunOptions, cell_item: PlannedItem, scratch: Path) -> dict[str, Any]:
+    """A cold build of one cell into a scratch cache (uv's own cache as it is), then a second
+    environment with the same torch and deepspeed, then the comm op: prebuilt, and by JIT."""
+    builder = UvEnvironments(scratch, pip_index_config())
+    cell = cell_item.cell
+    request = EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer)
+    started = time.perf_counter()
+    env = builder.get(request)
+    cold_s = time.perf_counter() - started
+    started = time.perf_counter()
+    UvEnvironments(scratch, pip_index_config()).get(request)
+    warm_s = time.perf_counter() - started
+    # Another environment with the same (torch, deepspeed) pair: a different key, same stack.
+    sibling_request = replace(request, exclude_newer="2999-01-01")
+    started = time.perf_counter()
+    sibling = builder.get(sibling_request)
+    sibling_s = time.perf_counter() - started
+    jit_dir = scratch / "jit-probe"
+    return {
+        "cell": cell.name,
+        "cold_build_s": cold_s,
+        "deepspeed_step": env.deepspeed_ops,
+        "warm_ready_s": warm_s,
+        "same_pair_build_s": sibling_s,
+        "same_pair_deepspeed_step": sibling.deepspeed_ops,
+        "op_load_prebuilt": _op_timing(env, "load", jit_dir),
+        "op_jit_first": _op_timing(env, "jit", jit_dir),
+        "op_jit_later": _op_timing(env, "jit", jit_dir),
+        "op_jit_other_env_same_dir": _op_timing(sibling, "jit", jit_dir),
+    }
+
+
+def jit_ops_present(envs: Iterable[Environment]) -> dict[str, list[str]]:
+    """Which JIT-built ops each environment's extensions directory holds (none expected)."""
+    found = {}
+    for env in envs:
+        directory = Path(env.extensions_dir)
+        found[env.key] = sorted(p.name for p in directory.iterdir() if p.is_dir()) if directory.exists() else []
+    return found
+
+
+# -- the whole benchmark ---------------------------------------------------------------------
+def run_bench(bench: BenchOptions, console: Console) -> int:
+    opts = bench.run
+    plan = plan_items(opts)
+    items = plan.items
+    if not items:
+        console.print("nothing to benchmark: the selection plans no items")
+        return 2
+    out = bench.out
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(f"bench: {len(items)} items, {bench.rounds} rounds of bare torchrun and harness → {out}")
+    assert opts.cache_dir is not None
+    builder = UvEnvironments(opts.cache_dir, pip_index_config())
+    envs: dict[str, Environment] = {}
+    for cell in {i.cell.name: i.cell for i in items}.values():
+        try:
+            envs[cell.name] = environment_for(cell, builder, opts.cache_dir)
+        except EnvironmentUnavailable as exc:
+            console.print(f"{cell.name}: environment unavailable, its items are left out: {exc.reason}")
+    items = [i for i in items if i.cell.name in envs]
+    result: dict[str, Any] = {"items": [i.id.label() for i in items], "rounds": bench.rounds}
+    result["warm_env_ready_s"] = warm_environment_times(opts, items)
+
+    bare: dict[str, list[dict[str, Any]]] = {i.id.label(): [] for i in items}
+    harness: list[dict[str, Any]] = []
+    for round_no in range(1, bench.rounds + 1):
+        started = time.perf_counter()
+        for item in items:
+            item_dir = out / f"bare-{round_no}" / item.cell.name / f"{item.repro_id}-{item.mode}"
+            spec = opts.discovery.repros[item.repro_id].spec
+            bare[item.id.label()].append(bare_torchrun(envs[item.cell.name], item, spec, item_dir))
+        console.print(f"round {round_no}: bare torchrun {time.perf_counter() - started:.1f} s")
+        run = harness_run(opts, items, out / f"harness-{round_no}")
+        harness.append(run)
+        console.print(f"round {round_no}: harness {run['wall_s']:.1f} s")
+
+    per_item = []
+    identical = True
+    for item in items:
+        key = (item.cell.name, item.repro_id, item.mode)
+        label = item.id.label()
+        seen_bare = {(b["outcome"], b["signature"]) for b in bare[label]}
+        seen_harness = {(h["records"][key]["outcome"], h["records"][key]["signature"]) for h in harness}
+        same = len(seen_bare | seen_harness) == 1
+        identical &= same
+        per_item.append(
+            {
+                "item": label,
+                "bare_s": _median(b["wall_s"] for b in bare[label]),
+                "harness_s": _median(h["records"][key]["wall_s"] for h in harness),
+                "outcomes": sorted({o for o, _ in seen_bare | seen_harness}),
+                "identical": same,
+                "step_s_bare": [b["step_s"] for b in bare[label]],
+                "step_s_harness": [(h["records"][key].get("step_time_s") or {}).get("median") for h in harness],
+            }
+        )
+    bare_totals = [sum(bare[i.id.label()][r]["wall_s"] for i in items) for r in range(bench.rounds)]
+    harness_totals = [h["wall_s"] for h in harness]
+    result.update(
+        per_item=per_item,
+        bare_totals_s=bare_totals,
+        harness_totals_s=harness_totals,
+        ratio=_median(harness_totals) / _median(bare_totals),  # type: ignore[operator]
+        identical_outcomes=identical,
+        orchestrator_peak_rss_bytes=[h["orchestrator_peak_rss_bytes"] for h in harness],
+        worker_start_s=[h["worker_start_s"] for h in harness],
+        comm_op_load_s=[h["comm_op_load_s"] for h in harness],
+        jit_ops_in_environments=jit_ops_present(envs.values()),
+    )
+    result["step_time_spread"] = step_time_spread(per_item)
+
+    machine = Machine.detect()
+    demand = Demand.for_item(max(i.world_size for i in items), machine)
+    gpu_demand = Demand.for_item(max(i.world_size for i in items), REFERENCE_GPU_BOX)
+    result["jobs"] = {
+        "machine": machine.describe(),
+        "items_at_once_here": items_at_once(machine, demand, 0),
+        "reference_gpu_box": REFERENCE_GPU_BOX.describe(),
+        "items_at_once_gpu_box": items_at_once(REFERENCE_GPU_BOX, gpu_demand, 0),
+    }
+    if bench.jobs_probe:
+        run = harness_run(opts, items, out / "harness-jobs", jobs=0)
+        result["jobs"].update(wall_s=run["wall_s"], speedup=_median(harness_totals) / run["wall_s"])
+        result["jobs"]["concurrency"] = run["concurrency"]
+    if bench.cold:
+        scratch = Path(tempfile.mkdtemp(prefix="cold-", dir=out))
+        try:
+            result["cold"] = cold_environments(opts, items[0], scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    print_bench(console, result)
+    return 0 if identical else 1
+
+
+def step_time_spread(per_item: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fixed trainer's median step time, run to run: each item's (max - min) / median."""
+    rows = []
+    for row in per_item:
+        if not row["item"].endswith("/fixed"):
+            continue
+        values = [v for v in [*row["step_s_bare"], *row["step_s_harness"]] if v]
+        if len(values) >= 2:
+            mid = statistics.median(values)
+            rows.append({"item": row["item"], "median_s": mid, "spread": (max(values) - min(values)) / mid})
+    spreads = [r["spread"] for r in rows]
+    return {
+        "items": rows,
+        "median_spread": _median(spreads),
+        "max_spread": max(spreads) if spreads else None,
+    }
+
+
+def print_bench(console: Console, result: dict[str, Any]) -> None:
+    table = Table(title="per item: median wall over the rounds")
+    for column in ("item", "bare torchrun", "harness", "harness/bare", "outcome", "same in all runs"):
+        table.add_column(column)
+    for row in result["per_item"]:
+        ratio = row["harness_s"] / row["bare_s"] if row["bare_s"] and row["harness_s"] else None
+        table.add_row(
+            row["item"],
+            _fmt(row["bare_s"]),
+            _fmt(row["harness_s"]),
+            _fmt(ratio, "", 2),
+            ",".join(row["outcomes"]),
+            "yes" if row["identical"] else "NO",
+        )
+    console.print(table)
+    bare, harness = _median(result["bare_totals_s"]), _median(result["harness_totals_s"])
+    console.print(
+        f"lane total, median of {result['rounds']} rounds: bare torchrun {_fmt(bare)} "
+        f"(rounds: {', '.join(_fmt(t) for t in result['bare_totals_s'])}), harness end to end {_fmt(harness)} "
+        f"(rounds: {', '.join(_fmt(t) for t in result['harness_totals_s'])}); ratio harness/bare {result['ratio']:.3f}"
+    )
+    console.print(f"identical outcomes and signatures, bare and harness, every round: {result['identical_outcomes']}")
+    rss = [r for r in result["orchestrator_peak_rss_bytes"] if r]
+    console.print(f"orchestrator peak RSS: {', '.join(f'{r / 2**20:.0f} MiB' for r in rss)}")
+    starts = [s for run in result["worker_start_s"] for s in run.values() if s]
+    console.print(f"cell workers ready (imports + comm op): median {_fmt(_median(starts))} over {len(starts)} starts")
+    loads = [s for run in result["comm_op_load_s"] for s in run.values() if s is not None]
+    console.print(f"DeepSpeed comm op loaded in the workers: median {_fmt(_median(loads), 's', 2)}")
+    warm = result["warm_env_ready_s"]
+    console.print(
+        f"cached cell's environment ready: median {_fmt(_median(warm.values()), 's', 2)}, "
+        f"max {_fmt(max(warm.values()), 's', 2)} over {len(warm)} cells"
+    )
+    console.print(f"JIT-built ops in the environments: {result['jit_ops_in_environments']}")
+    spread = result["step_time_spread"]
+    console.print(
+        f"fixed trainer's step time run to run ((max-min)/median over {2 * result['rounds']} runs each): "
+        f"median {_fmt((spread['median_spread'] or 0) * 100, '%', 0)}, max {_fmt((spread['max_spread'] or 0) * 100, '%', 0)}"
+    )
+    for row in spread["items"]:
+        console.print(f"  {row['item']}: {row['median_s'] * 1000:.0f} ms ± {row['spread'] * 50:.0f}%")
+    jobs = result["jobs"]
+    line = f"--jobs: here ({jobs['machine']}) {jobs['items_at_once_here']} item(s) at once"
+    if "wall_s" in jobs:
+        line += f"; --jobs 0 took {_fmt(jobs['wall_s'])}, speedup {jobs['speedup']:.2f}x over --jobs 1"
+    line += f"; on {jobs['reference_gpu_box']}: {jobs['items_at_once_gpu_box']} items at once"
+    console.print(line)
+    cold = result.get("cold")
+    if cold:
+        step = cold.get("deepspeed_step") or {}
+        sibling = cold.get("same_pair_deepspeed_step") or {}
+        console.print(
+            f"environments ({cold['cell']}, scratch cache, uv's cache warm): cold build {_fmt(cold['cold_build_s'])} "
+            f"(deepspeed with its comm op compiled ahead of time: {_fmt(step.get('seconds'))}), "
+            f"then ready in {_fmt(cold['warm_ready_s'], 's', 2)}; a second environment of the same torch and "
+            f"deepspeed: {_fmt(cold['same_pair_build_s'])} (deepspeed: {_fmt(sibling.get('seconds'))}, "
+            f"prebuilt {sibling.get('prebuilt')})"
+        )
+        console.print(
+            "DeepSpeed comm op: prebuilt load "
+            f"{_fmt(cold['op_load_prebuilt'].get('seconds'), 's', 2)}; by JIT: first use "
+            f"{_fmt(cold['op_jit_first'].get('seconds'))}, later use {_fmt(cold['op_jit_later'].get('seconds'), 's', 2)}, "
+            f"another environment of the same pair in the same directory {_fmt(cold['op_jit_other_env_same_dir'].get('seconds'))}"
+        )

@@ -1,0 +1,137 @@
+"""The cell's pre-imported worker, driven for real with a stand-in rank entry (no torch).
+
+Each item must be a fresh fork with torchrun's environment and a rendezvous of its own,
+in a session of its own; a crash, a failure or a hang in one item must not touch the
+next; a worker that dies is replaced; one that cannot start leaves the cell to torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cell_worker import CellWorker, WorkerPool
+from harness.environments import Environment
+from harness.process_sweep import TOKEN_VARIABLE, processes_in_session
+from harness.runner import REPO_ROOT
+from repros.common.cell_server import fork_hazards
+
+SERVER_ARGS = ("--preload", "json", "--rank-entry", "tests.stand_in_rank:main")
+
+
+def _env(tmp_path: Path) -> Environment:
+    return Environment(
+        key="stand-in",
+        python=sys.executable,
+        python_version="3.11",
+        packages={},
+        path=None,
+        extensions_dir=str(tmp_path / "ext"),
+        reused=True,
+        build_s=0.0,
+    )
+
+
+@pytest.fixture
+def worker(tmp_path: Path):
+    w = CellWorker(_env(tmp_path), REPO_ROOT, tmp_path / "worker.log", server_args=SERVER_ARGS)
+    w.start()
+    yield w
+    w.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_each_item_gets_fresh_ranks_with_torchruns_environment_in_a_session_of_its_own(worker, tmp_path) -> None:
+    first = worker.launch("env", "bug", 2, tmp_path / "a", timeout_s=30)
+    second = worker.launch("env", "bug", 2, tmp_path / "b", timeout_s=30)
+    assert first.launcher == "worker" and first.returncode == 0 and not first.timed_out
+    ranks = [first.records[0], first.records[1]]
+    assert [r["env"]["RANK"] for r in ranks] == ["0", "1"]
+    assert {r["env"]["WORLD_SIZE"] for r in ranks} == {"2"} and {r["env"]["LOCAL_SIZE"] for r in ranks} == {"2"}
+    assert {r["env"]["OMP_NUM_THREADS"] for r in ranks} == {"1"}
+    assert len({r["env"]["MASTER_PORT"] for r in ranks}) == 1
+    assert all(r["env"][TOKEN_VARIABLE] for r in ranks)
+    # One session per item, neither the worker's nor the other item's.
+    sessions = {r["session"] for r in ranks}
+    assert len(sessions) == 1 and sessions != {second.records[0]["session"]}
+    assert os.getsid(worker.info.pid) not in sessions
+    assert {r["pid"] for r in ranks}.isdisjoint({r["pid"] for r in second.records.values()})
+    assert first.records[0]["env"][TOKEN_VARIABLE] != second.records[0]["env"][TOKEN_VARIABLE]
+
+
+def test_a_killed_rank_is_named_its_peer_is_stopped_and_the_next_item_is_untouched(worker, tmp_path) -> None:
+    started = time.perf_counter()
+    crashed = worker.launch("kill1", "bug", 2, tmp_path / "a", timeout_s=60)
+    assert crashed.rank_exitcodes == {1: -signal.SIGKILL}  # rank 0, stopped by the leader, is not blamed
+    assert crashed.returncode == 1 and time.perf_counter() - started < 30
+    after = worker.launch("ok", "bug", 2, tmp_path / "b", timeout_s=30)
+    assert after.returncode == 0 and [r["status"] for r in after.records.values()] == ["ok", "ok"]
+    assert worker.alive
+
+
+def test_a_failing_rank_ends_the_item_at_once(worker, tmp_path) -> None:
+    started = time.perf_counter()
+    failed = worker.launch("raise", "bug", 2, tmp_path / "a", timeout_s=60)
+    assert failed.rank_exitcodes == {0: 1} and failed.records[0]["status"] == "error"
+    assert time.perf_counter() - started < 30
+
+
+def test_a_hung_item_is_killed_at_its_timeout_with_every_process_it_started(worker, tmp_path) -> None:
+    hung = worker.launch("hang", "bug", 2, tmp_path / "a", timeout_s=3)
+    assert hung.timed_out and hung.returncode is None
+    session = hung.records[0]["session"]
+    children = [hung.records[r].get("child") for r in (0, 1)]
+    assert all(children)
+    assert processes_in_session(session) == []
+    assert not any(_alive(pid) for pid in children)
+    assert worker.alive and worker.launch("ok", "bug", 1, tmp_path / "b", timeout_s=30).returncode == 0
+
+
+def test_a_worker_that_dies_mid_item_is_replaced(tmp_path) -> None:
+    pool = WorkerPool(REPO_ROOT, tmp_path / "workers", server_args=SERVER_ARGS)
+    env = _env(tmp_path)
+    try:
+        worker = pool.get(env, "cell")
+        assert worker is not None
+        first_pid = worker.info.pid
+        threading.Timer(1.0, lambda: os.kill(first_pid, signal.SIGKILL)).start()
+        result = worker.launch("hang", "bug", 2, tmp_path / "a", timeout_s=60)
+        assert not result.timed_out and "worker died" in result.launcher_tail
+        assert processes_in_session(result.records[0]["session"]) == []
+        replacement = pool.get(env, "cell")
+        assert replacement is not None and replacement.info.pid != first_pid
+        assert replacement.launch("ok", "bug", 2, tmp_path / "b", timeout_s=30).returncode == 0
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_cannot_start_leaves_its_cell_to_torchrun_saying_why(tmp_path) -> None:
+    pool = WorkerPool(REPO_ROOT, tmp_path / "workers", server_args=("--no-such-option",))
+    env = _env(tmp_path)
+    assert pool.get(env, "cell") is None
+    assert "exited before it was ready" in pool.reason(env) and "--no-such-option" in pool.reason(env)
+    assert pool.unavailable_by_cell() == {"cell": pool.reason(env)}
+
+
+def test_threads_running_at_fork_time_are_a_hazard() -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert any("threads" in h for h in fork_hazards())
+    finally:
+        release.set()
+        thread.join()
