@@ -604,8 +604,6 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
         signal.signal(signal.SIGINT, previous_int)
 
     meta["finished_at"] = _now()
-    # The orchestrator's own high-water mark (its children, the ranks, are not in it).
-    meta["orchestrator_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if interrupted:
         meta["interrupted"] = interrupted
     _write_run_json(out, meta)
@@ -613,6 +611,9 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str] = (), resume
     print_summary(console, records, plan.excluded)
     console.print(f"results: {out / RESULTS_FILE}", highlight=False)
     console.print(f"report: {write_report(out)}", highlight=False, markup=False)
+    # The orchestrator's own high-water mark, the report included (the ranks are not in it).
+    meta["orchestrator_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    _write_run_json(out, meta)
     if interrupted:
         left = len(plan.items) + len(plan.broken) - len(records)
         console.print(

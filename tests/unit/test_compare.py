@@ -109,6 +109,14 @@ def test_performance_beyond_threshold_and_noise_is_flagged() -> None:
     assert compare_runs(tiny_old, tiny_new) == []
 
 
+def test_cpu_memory_is_not_compared_across_launchers_but_step_time_is() -> None:
+    old = [rec("a", "fixed", "PASS", mem=460 * MIB, median=0.100, iqr=0.005)]  # torchrun, before the field
+    new = [rec("a", "fixed", "PASS", mem=400 * MIB, median=0.160, iqr=0.005, launcher="worker")]
+    assert kinds(compare_runs(old, new)) == {"a/F1/fixed": TIME_WORSE}
+    worse = [rec("a", "fixed", "PASS", mem=480 * MIB, median=0.160, iqr=0.005, launcher="worker")]
+    assert kinds(compare_runs(new, worse)) == {"a/F1/fixed": MEMORY_WORSE}
+
+
 def write_run(directory: Path, records: list[dict[str, Any]]) -> Path:
     directory.mkdir()
     with ResultsWriter(directory / "results.jsonl") as writer:
