@@ -53,6 +53,11 @@ START_TIMEOUT_S = 60.0
 LAUNCHER_RECORD = "launcher.json"
 
 
+class WorkerGone(Exception):
+    """The worker was closed or died before it forked the item: nothing ran, so the item can
+    be sent again (to a new worker)."""
+
+
 class WorkerUnavailable(Exception):
     """The cell's worker could not be started or is unsafe to fork from."""
 
@@ -98,6 +103,9 @@ class CellWorker:
         self._lock = threading.Lock()
         self._dead = False
         self._held = contextlib.ExitStack()
+        #: Items this worker is running now, and when it last started one (for the pool's LRU).
+        self.in_flight = 0
+        self.last_used = 0.0
 
     # -- life ----------------------------------------------------------------------------
     @property
@@ -233,12 +241,17 @@ class CellWorker:
         returncode: int | None = None
         leader: int | None = None
         notes: list[str] = []
+        with self._lock:
+            self.in_flight += 1
+            self.last_used = time.monotonic()
         try:
             try:
+                if self._dead:
+                    raise WorkerGone("the worker was closed before the item was sent")
                 self._send(request)
                 event = box.get(timeout=START_TIMEOUT_S)
-            except (BrokenPipeError, OSError, ValueError):
-                event = {"event": "eof"}
+            except (BrokenPipeError, OSError, ValueError) as exc:
+                raise WorkerGone(f"the worker could not take the item: {exc}") from exc
             except queue.Empty:
                 event = {"event": "eof"}
                 notes.append(f"the worker did not fork the item within {START_TIMEOUT_S:.0f} s")
@@ -262,10 +275,13 @@ class CellWorker:
                 if event.get("event") == "exited":
                     returncode = int(event["code"])
             if event.get("event") == "eof":
+                if leader is None and not notes:
+                    raise WorkerGone("the worker ended before it forked the item")
                 notes.append(f"the cell's worker died; its log ends: {tail(self.log_path, 600).strip()}")
         finally:
             with self._lock:
                 self._events.pop(request_id, None)
+                self.in_flight -= 1
             leftovers: list[int] = []
             if leader is not None:
                 signal_group(leader, signal.SIGKILL)
@@ -305,13 +321,21 @@ def _failed_rank_codes(path: Path) -> dict[int, int]:
     return {int(r): int(c) for r, c in record.get("ranks", {}).items() if int(c) != 0 and int(r) not in stopped}
 
 
-class WorkerPool:
-    """One worker per environment, started on first use and restarted after a death."""
+#: Idle workers kept alive at most (each holds a full set of imports, ~0.6 GiB here).
+MAX_IDLE_WORKERS = 2
 
-    def __init__(self, repo_root: Path, log_dir: Path, server_args: tuple[str, ...] = ()) -> None:
+
+class WorkerPool:
+    """One worker per environment, started on first use and restarted after a death; beyond
+    ``max_idle`` live workers, the least recently used idle ones are closed."""
+
+    def __init__(
+        self, repo_root: Path, log_dir: Path, server_args: tuple[str, ...] = (), max_idle: int = MAX_IDLE_WORKERS
+    ) -> None:
         self.repo_root = repo_root
         self.log_dir = log_dir
         self.server_args = server_args
+        self.max_idle = max_idle
         self._workers: dict[str, CellWorker] = {}
         self._unavailable: dict[str, str] = {}
         self._cells: dict[str, str] = {}
@@ -330,6 +354,7 @@ class WorkerPool:
             if worker is not None:
                 worker.close()
             worker = CellWorker(env, self.repo_root, self.log_dir / f"worker-{name}.log", server_args=self.server_args)
+            self._close_idle(keep=key)
             try:
                 worker.start()
             except WorkerUnavailable as exc:
@@ -337,6 +362,11 @@ class WorkerPool:
                 return None
             self._workers[key] = worker
             return worker
+
+    def _close_idle(self, keep: str) -> None:
+        idle = [(w.last_used, k) for k, w in self._workers.items() if k != keep and w.alive and w.in_flight == 0]
+        for _, key in sorted(idle)[: max(0, len(idle) - self.max_idle + 1)]:
+            self._workers[key].close()
 
     def retire(self, env: Environment) -> None:
         """Close the environment's worker (its cell is done); a later ``get`` starts a new one."""

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 import repros
 from harness import __version__
-from harness.cell_worker import WorkerPool
+from harness.cell_worker import WorkerGone, WorkerPool
 from harness.environments import (
     Environment,
     EnvironmentUnavailable,
@@ -307,10 +307,15 @@ def observe_item(
 def _launch(
     item: PlannedItem, env: Environment, item_dir: Path, workers: WorkerPool | None, extra_env: dict[str, str]
 ) -> LaunchResult:
-    worker = workers.get(env, item.cell.name) if workers is not None else None
     timeout = item.cell.timeout_s
-    if worker is not None:
-        return worker.launch(item.module, item.mode, item.world_size, item_dir, timeout, extra_env)
+    for _ in range(3):
+        worker = workers.get(env, item.cell.name) if workers is not None else None
+        if worker is None:
+            break
+        try:
+            return worker.launch(item.module, item.mode, item.world_size, item_dir, timeout, extra_env)
+        except WorkerGone:
+            continue  # closed or dead before it forked anything: the pool starts another
     return launch_item(env, item.module, item.mode, item.world_size, item_dir, timeout, REPO_ROOT, extra_env)
 
 

@@ -12,11 +12,12 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from harness.cell_worker import CellWorker, WorkerPool
+from harness.cell_worker import CellWorker, WorkerGone, WorkerPool
 from harness.environments import Environment
 from harness.process_sweep import TOKEN_VARIABLE, processes_in_session
 from harness.runner import REPO_ROOT
@@ -135,3 +136,24 @@ def test_threads_running_at_fork_time_are_a_hazard() -> None:
     finally:
         release.set()
         thread.join()
+
+
+def test_the_pool_closes_the_least_recently_used_idle_workers(tmp_path) -> None:
+    pool = WorkerPool(REPO_ROOT, tmp_path / "workers", server_args=SERVER_ARGS, max_idle=1)  # one live at a time
+    envs = [replace(_env(tmp_path), key=f"cell{i}") for i in range(3)]
+    try:
+        workers = [pool.get(env, env.key) for env in envs]
+        assert all(w is not None for w in workers)
+        assert [w.alive for w in workers] == [False, False, True]
+        again = pool.get(envs[0], "cell0")  # started anew; the idle one is closed to stay within one
+        assert again is not None and again.alive and again is not workers[0] and not workers[2].alive
+        assert again.launch("ok", "bug", 1, tmp_path / "a", timeout_s=30).returncode == 0
+    finally:
+        pool.close()
+
+
+def test_an_item_sent_to_a_closed_worker_is_refused_before_anything_runs(worker, tmp_path) -> None:
+    worker.close()
+    with pytest.raises(WorkerGone):
+        worker.launch("ok", "bug", 1, tmp_path / "a", timeout_s=30)
+    assert not (tmp_path / "a" / "rank0.json").exists()
