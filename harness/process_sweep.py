@@ -14,48 +14,15 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TOKEN_VARIABLE = "FT_REGRESS_ITEM_TOKEN"
 
 
-def processes_with_token(token: str) -> list[int]:
-    needle = f"{TOKEN_VARIABLE}={token}".encode()
-    found = []
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
-            continue
-        if state != "Z" and needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
-def sweep(token: str, rounds: int = 5) -> list[int]:
-    """SIGKILL every live process carrying ``token``; return the pids killed."""
-    killed: list[int] = []
-    for _ in range(rounds):
-        pids = processes_with_token(token)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.1)
-    return sorted(set(killed))
-
-
-def processes_in_session(session_id: int) -> list[int]:
-    """Live processes whose session is ``session_id`` (field 6 of ``/proc/PID/stat``)."""
-    found = []
+def _live_processes() -> Iterator[tuple[int, list[str]]]:
+    """Every live (not zombie) process but this one: its pid and the fields of its ``stat``
+    after the command name (state, ppid, pgrp, session, ...)."""
     me = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
@@ -64,16 +31,33 @@ def processes_in_session(session_id: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
             continue
-        if fields[0] != "Z" and int(fields[3]) == session_id:
-            found.append(int(entry.name))
+        if fields and fields[0] != "Z":
+            yield int(entry.name), fields
+
+
+def processes_with_token(token: str) -> list[int]:
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for pid, _ in _live_processes():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(pid)
     return found
 
 
-def sweep_session(session_id: int, rounds: int = 5) -> list[int]:
-    """SIGKILL every live process still in session ``session_id``; return the pids killed."""
+def processes_in_session(session_id: int) -> list[int]:
+    """Live processes whose session is ``session_id`` (field 6 of ``/proc/PID/stat``)."""
+    return [pid for pid, fields in _live_processes() if int(fields[3]) == session_id]
+
+
+def _kill_until_gone(find: Callable[[], list[int]], rounds: int) -> list[int]:
+    """SIGKILL what ``find`` returns until it returns nothing; return the pids killed."""
     killed: list[int] = []
     for _ in range(rounds):
-        pids = processes_in_session(session_id)
+        pids = find()
         if not pids:
             break
         for pid in pids:
@@ -84,3 +68,13 @@ def sweep_session(session_id: int, rounds: int = 5) -> list[int]:
                 pass
         time.sleep(0.1)
     return sorted(set(killed))
+
+
+def sweep(token: str, rounds: int = 5) -> list[int]:
+    """SIGKILL every live process carrying ``token``; return the pids killed."""
+    return _kill_until_gone(lambda: processes_with_token(token), rounds)
+
+
+def sweep_session(session_id: int, rounds: int = 5) -> list[int]:
+    """SIGKILL every live process still in session ``session_id``; return the pids killed."""
+    return _kill_until_gone(lambda: processes_in_session(session_id), rounds)
