@@ -256,8 +256,13 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
     for item in items:
         key = (item.cell.name, item.repro_id, item.mode)
         label = item.id.label()
-        seen_bare = {(b["outcome"], b["signature"]) for b in bare[label]}
-        seen_harness = {(h["records"][key]["outcome"], h["records"][key]["signature"]) for h in harness}
+        runs = [{"run": f"bare-{n}", "outcome": b["outcome"], "signature": b["signature"]} for n, b in enumerate(bare[label], 1)]
+        runs += [
+            {"run": f"harness-{n}", "outcome": h["records"][key]["outcome"], "signature": h["records"][key]["signature"]}
+            for n, h in enumerate(harness, 1)
+        ]
+        seen_bare = {(r["outcome"], r["signature"]) for r in runs if r["run"].startswith("bare")}
+        seen_harness = {(r["outcome"], r["signature"]) for r in runs if r["run"].startswith("harness")}
         same = len(seen_bare | seen_harness) == 1
         identical &= same
         per_item.append(
@@ -267,6 +272,7 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
                 "harness_s": _median(h["records"][key]["wall_s"] for h in harness),
                 "outcomes": sorted({o for o, _ in seen_bare | seen_harness}),
                 "identical": same,
+                "runs": runs,
                 "step_s_bare": [b["step_s"] for b in bare[label]],
                 "step_s_harness": [(h["records"][key].get("step_time_s") or {}).get("median") for h in harness],
             }
@@ -350,6 +356,10 @@ def print_bench(console: Console, result: dict[str, Any]) -> None:
         f"(rounds: {', '.join(_fmt(t) for t in result['harness_totals_s'])}); ratio harness/bare {result['ratio']:.3f}"
     )
     console.print(f"identical outcomes and signatures, bare and harness, every round: {result['identical_outcomes']}")
+    for row in result["per_item"]:
+        if not row["identical"]:
+            seen = ", ".join(f"{r['run']} {r['outcome']}" + (f" ({r['signature']})" if r["signature"] else "") for r in row["runs"])
+            console.print(f"  differs: {row['item']}: {seen}", highlight=False)
     rss = [r for r in result["orchestrator_peak_rss_bytes"] if r]
     console.print(f"orchestrator peak RSS: {', '.join(f'{r / 2**20:.0f} MiB' for r in rss)}")
     starts = [s for run in result["worker_start_s"] for s in run.values() if s]
