@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -283,17 +284,12 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
         return _resume(args, console, argv)
     shard = parse_shard(args.shard) if args.shard is not None else None
     matrix, discovery = _load(args.matrix, args.repros_dir)
-    opts = RunOptions(
-        matrix=matrix,
-        discovery=discovery,
-        lane=args.lane,
-        cells=args.cells,
-        repros=args.repros,
-        modes=args.modes,
+    opts = _selected(
+        args,
+        matrix,
+        discovery,
         out_dir=args.out,
         reports_dir=args.reports_dir,
-        cache_dir=_cache_dir(args),
-        cache_dir_given=args.cache_dir is not None,
         pins=_pins(args.pin),
         repros_dirs=tuple(d.resolve() for d in args.repros_dir),
         shard=shard,
@@ -303,13 +299,9 @@ def _run(args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int
     return execute(opts, console, argv)
 
 
-def _bench(args: argparse.Namespace, console: Console) -> int:
-    from harness.bench import BenchOptions, run_bench
-
-    if args.rounds < 1:
-        raise UserError("command line", "--rounds", f"{args.rounds} runs nothing", "pass --rounds 2 for A B A B")
-    matrix, discovery = _load(args.matrix)
-    opts = RunOptions(
+def _selected(args: argparse.Namespace, matrix: Matrix, discovery: Discovery, **more: Any) -> RunOptions:
+    """The run options of a command that selects items like ``run`` (lane, cells, repros, modes)."""
+    return RunOptions(
         matrix=matrix,
         discovery=discovery,
         lane=args.lane,
@@ -318,7 +310,17 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         modes=args.modes,
         cache_dir=_cache_dir(args),
         cache_dir_given=args.cache_dir is not None,
+        **more,
     )
+
+
+def _bench(args: argparse.Namespace, console: Console) -> int:
+    from harness.bench import BenchOptions, run_bench
+
+    if args.rounds < 1:
+        raise UserError("command line", "--rounds", f"{args.rounds} runs nothing", "pass --rounds 2 for A B A B")
+    matrix, discovery = _load(args.matrix)
+    opts = _selected(args, matrix, discovery)
     out = args.out or Path("reports") / f"bench-{new_run_id()}"
     bench = BenchOptions(run=opts, rounds=args.rounds, out=out.resolve(), cold=not args.no_cold, jobs_probe=not args.no_jobs)
     return run_bench(bench, console)
