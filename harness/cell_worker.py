@@ -253,6 +253,8 @@ class CellWorker:
             except (BrokenPipeError, OSError, ValueError) as exc:
                 raise WorkerGone(f"the worker could not take the item: {exc}") from exc
             except queue.Empty:
+                # A worker that stops answering is replaced; this item is reported, not retried.
+                self.kill()
                 event = {"event": "eof"}
                 notes.append(f"the worker did not fork the item within {START_TIMEOUT_S:.0f} s")
             if event.get("event") == "started":
