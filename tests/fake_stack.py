@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness.environments import Environment
 
 FAKE_TORCHRUN = """
 import argparse, os, subprocess, sys
@@ -142,3 +145,17 @@ def run_env(extra: dict[str, str]) -> dict[str, str]:
 
 def rank_records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((run_dir / "items").glob("*/*/rank*.json"))]
+
+
+def this_interpreter(key: str, extensions_dir: Path) -> Environment:
+    """An environment record for the orchestrator's own interpreter, for launch tests with no torch."""
+    return Environment(
+        key=key,
+        python=sys.executable,
+        python_version="3.11",
+        packages={},
+        path=None,
+        extensions_dir=str(extensions_dir),
+        reused=True,
+        build_s=0.0,
+    )

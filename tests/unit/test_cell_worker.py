@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -22,21 +21,13 @@ from harness.environments import Environment
 from harness.process_sweep import TOKEN_VARIABLE, processes_in_session
 from harness.runner import REPO_ROOT
 from repros.common.cell_server import fork_hazards
+from tests.fake_stack import this_interpreter
 
 SERVER_ARGS = ("--preload", "json", "--rank-entry", "tests.stand_in_rank:main")
 
 
 def _env(tmp_path: Path) -> Environment:
-    return Environment(
-        key="stand-in",
-        python=sys.executable,
-        python_version="3.11",
-        packages={},
-        path=None,
-        extensions_dir=str(tmp_path / "ext"),
-        reused=True,
-        build_s=0.0,
-    )
+    return this_interpreter("stand-in", tmp_path / "ext")
 
 
 @pytest.fixture

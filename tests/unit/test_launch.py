@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from harness.launch import launch_item
 from harness.outcome import classify
 from harness.runner import REPO_ROOT
 from repros.f1_zero3_frozen_ckpt import SPEC as F1
+from tests.fake_stack import this_interpreter
 
 FAKE_TORCHRUN = """
 import argparse, os, subprocess, sys
@@ -65,16 +65,7 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
     rank.write_text(textwrap.dedent(FAKE_RANK))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
     monkeypatch.setenv("FAKE_RANK", str(rank))
-    return Environment(
-        key="fake",
-        python=sys.executable,
-        python_version="3.11",
-        packages={},
-        path=None,
-        extensions_dir=str(tmp_path / "ext"),
-        reused=True,
-        build_s=0.0,
-    )
+    return this_interpreter("fake", tmp_path / "ext")
 
 
 def alive(pid: int) -> bool:
