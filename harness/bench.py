@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.environments import EnvRequest, Environment, EnvironmentUnavailable, UvEnvironments
-from harness.launch import collect_torchrun_item, rank_environment, signal_group, torchrun_command
+from harness.launch import collect_item, rank_environment, signal_group, torchrun_command, torchrun_exitcodes
 from harness.outcome import classify
 from harness.package_index import pip_index_config
 from harness.process_sweep import sweep
@@ -107,7 +107,16 @@ def bare_torchrun(env: Environment, item: PlannedItem, spec: ReproSpec, item_dir
             proc.wait()
         wall_s = time.perf_counter() - started
     leftovers = sweep(token)
-    launch = collect_torchrun_item(command, item_dir, item.world_size, returncode, wall_s, leftovers, [])
+    launch = collect_item(
+        command,
+        item_dir,
+        item.world_size,
+        returncode,
+        returncode is None,
+        wall_s,
+        leftovers,
+        rank_exitcodes=torchrun_exitcodes(item_dir),
+    )
     observation = classify(item.mode, spec, launch)
     steps = _step_median(launch.records.values())
     return {"wall_s": wall_s, "outcome": observation.outcome, "signature": observation.signature, "step_s": steps}

@@ -31,20 +31,18 @@ from typing import Any
 
 from harness.environments import Environment
 from harness.launch import (
-    TAIL_BYTES,
     LaunchResult,
-    ask_for_stacks,
+    collect_item,
     extensions_in_use,
     rank_environment,
-    track_in_flight,
-    untrack_in_flight,
     read_record,
     signal_group,
+    stop_timed_out_item,
     tail,
+    track_in_flight,
+    untrack_in_flight,
 )
 from harness.process_sweep import TOKEN_VARIABLE, sweep, sweep_session
-from harness.shm_sweep import remove_item_segments
-from repros.common.record import rank_log_path, rank_record_path
 
 #: The first start of a worker in a new environment JIT-builds DeepSpeed's comm op (~40 s here).
 READY_TIMEOUT_S = 900.0
@@ -260,20 +258,20 @@ class CellWorker:
             if event.get("event") == "started":
                 leader = int(event["pid"])
                 track_in_flight(leader)
-                remaining = max(0.0, timeout_s - (time.perf_counter() - started))
-                try:
-                    event = box.get(timeout=remaining)
-                except queue.Empty:
-                    timed_out = True
-                    ask_for_stacks(item_dir, world_size)
-                    time.sleep(1.0)
-                    signal_group(leader, signal.SIGTERM)
+
+                def ends_within(limit_s: float) -> bool:
+                    nonlocal event
                     try:
-                        event = box.get(timeout=5)
+                        event = box.get(timeout=limit_s)
                     except queue.Empty:
-                        signal_group(leader, signal.SIGKILL)
-                        with contextlib.suppress(queue.Empty):
-                            event = box.get(timeout=10)
+                        return False
+                    return True
+
+                if not ends_within(max(0.0, timeout_s - (time.perf_counter() - started))):
+                    timed_out = True
+                    stop_timed_out_item(item_dir, world_size, leader, ends_within)
+                    if event.get("event") == "started":
+                        ends_within(10.0)  # killed: the worker reaps the leader and says so
                 if event.get("event") == "exited":
                     returncode = int(event["code"])
             if event.get("event") == "eof":
@@ -291,25 +289,18 @@ class CellWorker:
                 leftovers += sweep_session(leader)
             leftovers += sweep(token)
         wall_s = time.perf_counter() - started
-        records = {r: read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
-        shm_removed = remove_item_segments(records.values())
-        launcher_log = item_dir / "launcher.log"
         if notes:
-            with open(launcher_log, "a", encoding="utf-8") as fh:
+            with open(item_dir / "launcher.log", "a", encoding="utf-8") as fh:
                 fh.write("\n".join(notes) + "\n")
-        return LaunchResult(
-            command=command,
-            returncode=None if timed_out else returncode,
-            timed_out=timed_out,
-            wall_s=wall_s,
-            world_size=world_size,
-            records=records,
+        return collect_item(
+            command,
+            item_dir,
+            world_size,
+            returncode,
+            timed_out,
+            wall_s,
+            leftovers,
             rank_exitcodes=_failed_rank_codes(item_dir / LAUNCHER_RECORD),
-            rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
-            launcher_tail=tail(launcher_log, TAIL_BYTES),
-            leftovers_killed=sorted(set(leftovers)),
-            stale_build_locks_removed=[],
-            shm_segments_removed=shm_removed,
             launcher="worker",
         )
 

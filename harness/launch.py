@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,16 +221,9 @@ def launch_item(
         pgid = proc.pid
         track_in_flight(pgid)
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            ask_for_stacks(item_dir, world_size)
-            time.sleep(1.0)
-            signal_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            if not _exits_within(proc, timeout_s):
+                timed_out = True
+                stop_timed_out_item(item_dir, world_size, pgid, lambda limit: _exits_within(proc, limit))
         finally:
             signal_group(pgid, signal.SIGKILL)
             untrack_in_flight(pgid)
@@ -238,38 +231,72 @@ def launch_item(
             # The ranks live in sessions of their own: sweep whatever carries the token.
             leftovers = sweep(token)
     wall_s = time.perf_counter() - started
-    return collect_torchrun_item(
-        command, item_dir, world_size, None if timed_out else proc.returncode, wall_s, leftovers, stale_locks
+    return collect_item(
+        command,
+        item_dir,
+        world_size,
+        proc.returncode,
+        timed_out,
+        wall_s,
+        leftovers,
+        rank_exitcodes=torchrun_exitcodes(item_dir),
+        stale_locks=stale_locks,
     )
 
 
-def collect_torchrun_item(
+def _exits_within(proc: subprocess.Popen[bytes], limit_s: float) -> bool:
+    try:
+        proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def stop_timed_out_item(item_dir: Path, world_size: int, pgid: int, ends_within: Callable[[float], bool]) -> None:
+    """The item's time is up: each rank prints its Python stacks into its log, then the
+    item's process group is asked to end (SIGTERM) and, if it has not within 5 s, killed."""
+    ask_for_stacks(item_dir, world_size)
+    time.sleep(1.0)
+    signal_group(pgid, signal.SIGTERM)
+    if not ends_within(5.0):
+        signal_group(pgid, signal.SIGKILL)
+
+
+def torchrun_exitcodes(item_dir: Path) -> dict[int, int]:
+    """The exit codes torchrun reported in its log for the ranks that failed."""
+    launcher_tail = tail(item_dir / "launcher.log", 3 * TAIL_BYTES)
+    return {int(m["rank"]): int(m["code"]) for m in _FAILURE_ENTRY.finditer(launcher_tail)}
+
+
+def collect_item(
     command: list[str],
     item_dir: Path,
     world_size: int,
     returncode: int | None,
+    timed_out: bool,
     wall_s: float,
     leftovers: list[int],
-    stale_locks: list[str],
+    *,
+    rank_exitcodes: dict[int, int],
+    stale_locks: Sequence[str] = (),
+    launcher: str = "torchrun",
 ) -> LaunchResult:
-    """Read back what a finished torchrun launch left in ``item_dir`` (``returncode`` None: timed out)."""
-    launcher_log = item_dir / "launcher.log"
+    """Read back what a finished launch left in ``item_dir``, once every process of it is
+    gone, and remove what DeepSpeed left of it in /dev/shm (memory)."""
     records = {r: read_record(rank_record_path(item_dir, r)) for r in range(world_size)}
-    # Every process of the item is gone: what DeepSpeed left in /dev/shm (memory) goes too.
     shm_removed = remove_item_segments(records.values())
-    launcher_tail = tail(launcher_log, 3 * TAIL_BYTES)
-    exitcodes = {int(m["rank"]): int(m["code"]) for m in _FAILURE_ENTRY.finditer(launcher_tail)}
     return LaunchResult(
         command=command,
-        returncode=returncode,
-        timed_out=returncode is None,
+        returncode=None if timed_out else returncode,
+        timed_out=timed_out,
         wall_s=wall_s,
         world_size=world_size,
         records=records,
-        rank_exitcodes=exitcodes,
+        rank_exitcodes=rank_exitcodes,
         rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
-        launcher_tail=tail(launcher_log),
-        leftovers_killed=leftovers,
-        stale_build_locks_removed=stale_locks,
+        launcher_tail=tail(item_dir / "launcher.log"),
+        leftovers_killed=sorted(set(leftovers)),
+        stale_build_locks_removed=list(stale_locks),
         shm_segments_removed=shm_removed,
+        launcher=launcher,
     )
