@@ -108,21 +108,3 @@ def lease(count: int, pool: Sequence[str], directory: Path | None = None, poll_s
     finally:
         for handle in handles:
             _release(handle)
-
-
-@contextmanager
-def visible_devices(gpus: Sequence[str]) -> Iterator[None]:
-    """Set ``CUDA_VISIBLE_DEVICES`` for what this process starts inside the block.
-
-    Ranks inherit the orchestrator's environment, so each xdist worker (a process of
-    its own) sets it around the item it runs.
-    """
-    before = os.environ.get(VISIBLE)
-    os.environ[VISIBLE] = ",".join(gpus)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(VISIBLE, None)
-        else:
-            os.environ[VISIBLE] = before

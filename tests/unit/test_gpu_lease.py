@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.gpu_lease import lease, visible_devices, visible_gpus
+from harness.gpu_lease import lease, visible_gpus
 from harness.launch import torchrun_command
 
 
@@ -50,15 +50,6 @@ def test_a_lease_is_released_and_more_than_the_pool_is_refused(tmp_path: Path) -
             pass
     with lease(0, [], tmp_path) as none:
         assert none == []
-
-
-def test_visible_devices_is_set_for_the_block_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    with visible_devices(["2", "3"]):
-        assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
 
 
 def test_torchrun_never_uses_a_fixed_port() -> None:
