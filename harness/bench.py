@@ -40,6 +40,7 @@ from rich.table import Table
 
 from harness.environments import EnvRequest, Environment, EnvironmentUnavailable, UvEnvironments
 from harness.launch import collect_item, rank_environment, signal_group, torchrun_command, torchrun_exitcodes
+from harness.metrics import step_time_summary
 from harness.outcome import classify
 from harness.package_index import pip_index_config
 from harness.process_sweep import sweep
@@ -118,17 +119,14 @@ def bare_torchrun(env: Environment, item: PlannedItem, spec: ReproSpec, item_dir
         rank_exitcodes=torchrun_exitcodes(item_dir),
     )
     observation = classify(item.mode, spec, launch)
-    steps = _step_median(launch.records.values())
-    return {"wall_s": wall_s, "outcome": observation.outcome, "signature": observation.signature, "step_s": steps}
-
-
-def _step_median(records: Iterable[dict[str, Any] | None]) -> float | None:
-    """The rank-0 median step time after warm-up, as ``metrics`` takes it."""
-    for rec in records:
-        if rec and rec.get("rank") == 0 and rec.get("step_times_s"):
-            times = rec["step_times_s"][int(rec.get("warmup_steps") or 0) :]
-            return statistics.median(times) if times else None
-    return None
+    # The step time exactly as a harness record gives it (metrics), so A and B compare.
+    steps = step_time_summary([rec for rec in launch.records.values() if rec])
+    return {
+        "wall_s": wall_s,
+        "outcome": observation.outcome,
+        "signature": observation.signature,
+        "step_s": steps["median"] if steps else None,
+    }
 
 
 # -- B: the harness --------------------------------------------------------------------------
