@@ -75,6 +75,8 @@ class WorkerInfo:
     failed: dict[str, str]
     comm_op: dict[str, Any]
     hazards: list[str] = field(default_factory=list)
+    #: Build locks a killed JIT build had left in the environment's extensions dir, removed.
+    stale_build_locks_removed: list[str] = field(default_factory=list)
 
 
 class CellWorker:
@@ -115,7 +117,7 @@ class CellWorker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # The worker builds and loads JIT ops in the environment's extensions dir for
         # as long as it lives: hold it like a launch does.
-        self._held.enter_context(extensions_in_use(Path(self.env.extensions_dir)))
+        stale_locks = self._held.enter_context(extensions_in_use(Path(self.env.extensions_dir)))
         read_end, write_end = os.pipe()
         environment = rank_environment(self.env, 1, self.repo_root)
         # torch.cuda.is_available() through NVML: it must not initialise CUDA before a fork.
@@ -149,6 +151,7 @@ class CellWorker:
             failed=dict(ready.get("failed", {})),
             comm_op=dict(ready.get("comm_op", {})),
             hazards=list(ready.get("hazards", [])),
+            stale_build_locks_removed=list(stale_locks),
         )
         if self.info.hazards:
             self.close()

@@ -148,3 +148,15 @@ def test_an_item_sent_to_a_closed_worker_is_refused_before_anything_runs(worker,
     with pytest.raises(WorkerGone):
         worker.launch("ok", "bug", 1, tmp_path / "a", timeout_s=30)
     assert not (tmp_path / "a" / "rank0.json").exists()
+
+
+def test_a_stale_build_lock_is_cleared_when_the_worker_starts_and_recorded(tmp_path) -> None:
+    lock = tmp_path / "ext" / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    worker = CellWorker(_env(tmp_path), REPO_ROOT, tmp_path / "worker.log", server_args=SERVER_ARGS)
+    try:
+        info = worker.start()
+        assert info.stale_build_locks_removed == [str(lock)] and not lock.exists()
+    finally:
+        worker.close()
