@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,14 +36,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.environments import EnvRequest, Environment, EnvironmentUnavailable, UvEnvironments
-from harness.launch import collect_item, rank_environment, signal_group, torchrun_command, torchrun_exitcodes
-from harness.metrics import step_time_summary
+from harness.environments import Environment, Environments, EnvRequest, UvEnvironments
+from harness.launchers import LaunchRequest
+from harness.launchers.torchrun import launch_item
+from harness.metrics import slowest_rank_per_step
 from harness.outcome import classify
-from harness.package_index import pip_index_config
-from harness.process_sweep import sweep
-from harness.results import read_results
-from harness.runner import REPO_ROOT, PlannedItem, RunOptions, environment_for, plan_items
+from harness.planning import PlannedItem, RunOptions, plan_items
+from harness.run_dir import RunDir
 from harness.scheduler import Demand, Machine, items_at_once
 from repros.common.spec import ReproSpec
 
@@ -85,44 +82,24 @@ def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
 
 # -- A: bare torchrun ------------------------------------------------------------------------
 def bare_torchrun(env: Environment, item: PlannedItem, spec: ReproSpec, item_dir: Path) -> dict[str, Any]:
-    """One item under a plain torchrun: its wall, and its outcome as the harness would classify it."""
-    item_dir.mkdir(parents=True, exist_ok=True)
-    command = torchrun_command(env.python, item.module, item.mode, item.world_size, item_dir)
-    token = secrets.token_hex(8)
-    with open(item_dir / "launcher.log", "wb") as log:
-        started = time.perf_counter()
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=rank_environment(env, item.world_size, REPO_ROOT, token),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    """One item under a plain torchrun (the torchrun launcher, timed from start to exit): its
+    wall, and its outcome as the harness classifies it."""
+    launch = launch_item(
+        LaunchRequest(
+            env=env,
+            module=item.module,
+            mode=item.mode,
+            world_size=item.world_size,
+            item_dir=item_dir,
+            timeout_s=item.cell.timeout_s,
+            cell=item.cell.name,
         )
-        try:
-            returncode: int | None = proc.wait(timeout=item.cell.timeout_s)
-        except subprocess.TimeoutExpired:
-            returncode = None
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-        wall_s = time.perf_counter() - started
-    leftovers = sweep(token)
-    launch = collect_item(
-        command,
-        item_dir,
-        item.world_size,
-        returncode,
-        returncode is None,
-        wall_s,
-        leftovers,
-        rank_exitcodes=torchrun_exitcodes(item_dir),
     )
     observation = classify(item.mode, spec, launch)
     # The step time exactly as a harness record gives it (metrics), so A and B compare.
-    steps = step_time_summary([rec for rec in launch.records.values() if rec])
+    steps = slowest_rank_per_step([rec for rec in launch.records.values() if rec], "step_time")
     return {
-        "wall_s": wall_s,
+        "wall_s": launch.wall_s,
         "outcome": observation.outcome,
         "signature": observation.signature,
         "step_s": steps["median"] if steps else None,
@@ -140,12 +117,13 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
     if opts.cache_dir_given and opts.cache_dir is not None:
         command += ["--cache-dir", str(opts.cache_dir)]
     started = time.perf_counter()
-    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    proc = subprocess.run(command, cwd=Path.cwd(), capture_output=True, text=True, check=False)
     wall_s = time.perf_counter() - started
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"harness run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    records = {(r["cell"], r["repro"], r["mode"]): r for r in read_results(out / "results.jsonl")}
-    meta = json.loads((out / "run.json").read_text())
+    run_dir = RunDir(out)
+    records = {(r["cell"], r["repro"], r["mode"]): r for r in run_dir.records()}
+    meta = run_dir.read_meta()
     workers = {name: c.get("worker", {}) for name, c in meta.get("cells", {}).items()}
     return {
         "wall_s": wall_s,
@@ -165,7 +143,7 @@ def warm_environment_times(opts: RunOptions, items: Sequence[PlannedItem]) -> di
     times: dict[str, float] = {}
     for cell in {i.cell.name: i.cell for i in items}.values():
         started = time.perf_counter()
-        environment_for(cell, UvEnvironments(cache, pip_index_config()), cache)
+        Environments(cache).for_cell(cell)
         times[cell.name] = time.perf_counter() - started
     return times
 
@@ -184,14 +162,15 @@ def _op_timing(env: Environment, how: str, extensions: Path) -> dict[str, Any]:
 def cold_environments(opts: RunOptions, cell_item: PlannedItem, scratch: Path) -> dict[str, Any]:
     """A cold build of one cell into a scratch cache (uv's own cache as it is), then a second
     environment with the same torch and deepspeed, then the comm op: prebuilt, and by JIT."""
-    builder = UvEnvironments(scratch, pip_index_config())
+    index = Environments(scratch).index
+    builder = UvEnvironments(scratch, index)
     cell = cell_item.cell
     request = EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer)
     started = time.perf_counter()
     env = builder.get(request)
     cold_s = time.perf_counter() - started
     started = time.perf_counter()
-    UvEnvironments(scratch, pip_index_config()).get(request)
+    UvEnvironments(scratch, index).get(request)
     warm_s = time.perf_counter() - started
     # Another environment with the same (torch, deepspeed) pair: a different key, same stack.
     sibling_request = replace(request, exclude_newer="2999-01-01")
@@ -234,13 +213,14 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     console.print(f"bench: {len(items)} items, {bench.rounds} rounds of bare torchrun and harness → {out}")
     assert opts.cache_dir is not None
-    builder = UvEnvironments(opts.cache_dir, pip_index_config())
+    environments = Environments(opts.cache_dir)
     envs: dict[str, Environment] = {}
     for cell in {i.cell.name: i.cell for i in items}.values():
-        try:
-            envs[cell.name] = environment_for(cell, builder, opts.cache_dir)
-        except EnvironmentUnavailable as exc:
-            console.print(f"{cell.name}: environment unavailable, its items are left out: {exc.reason}")
+        resolved = environments.for_cell(cell)
+        if resolved.env is None:
+            console.print(f"{cell.name}: environment unavailable, its items are left out: {resolved.reason}")
+        else:
+            envs[cell.name] = resolved.env
     items = [i for i in items if i.cell.name in envs]
     result: dict[str, Any] = {"items": [i.id.label() for i in items], "rounds": bench.rounds}
     result["warm_env_ready_s"] = warm_environment_times(opts, items)

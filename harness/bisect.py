@@ -23,24 +23,22 @@ from packaging.version import InvalidVersion, Version
 from rich.console import Console
 
 from harness.bisect_search import FOUND, SearchResult, State, search
-from harness.environments import Environment, EnvironmentUnavailable, UvEnvironments
+from harness.environments import Environments, EnvironmentUnavailable, Resolved, UvEnvironments
 from harness.errors import UserError
+from harness.launchers import TorchrunLauncher
 from harness.matrix import Cell, Matrix
-from harness.package_index import pip_index_config
+from harness.observe import observe_item
 from harness.package_versions import VersionsUnavailable, between, released_versions
+from harness.pipeline import new_run_id
+from harness.planning import PlannedItem, pinned_cell
 from harness.provenance import host_info
+from harness.records import ItemRecord
 from harness.repro_registry import Discovery
-from harness.results import RESULTS_FILE, ResultsWriter
-from harness.runner import (
-    PlannedItem,
-    environment_for,
-    new_run_id,
-    observe_item,
-    pinned_cell,
-    run_command,
-)
+from harness.rerun import run_command
+from harness.results import ResultsWriter
+from harness.run_dir import RunDir
+from repros.common.outcomes import UNOBSERVED
 
-SKIPPED_OUTCOMES = ("UNRESOLVABLE", "INFRA", "HANG")
 BISECT_FILE = "bisect.json"
 
 
@@ -61,14 +59,15 @@ class BisectOptions:
     reports_dir: Path = Path("reports")
     pre: bool = False
     verify: int = 0
+    repros_dirs: tuple[Path, ...] = ()
 
 
-def signature_of(record: dict[str, Any]) -> tuple[str, str | None]:
+def signature_of(record: ItemRecord) -> tuple[str, str | None]:
     return record["outcome"], record.get("signature")
 
 
-def state_of(record: dict[str, Any], bad: tuple[str, str | None]) -> State:
-    if record["outcome"] in SKIPPED_OUTCOMES:
+def state_of(record: ItemRecord, bad: tuple[str, str | None]) -> State:
+    if record["outcome"] in UNOBSERVED:
         return "skip"
     return "bad" if signature_of(record) == bad else "good"
 
@@ -214,8 +213,8 @@ class StepRunner:
         opts: BisectOptions,
         cell: Cell,
         axis: VersionAxis | DateAxis,
-        builder: UvEnvironments,
-        out: Path,
+        environments: Environments,
+        run_dir: RunDir,
         run_id: str,
         writer: ResultsWriter,
         console: Console,
@@ -223,18 +222,20 @@ class StepRunner:
         self.opts = opts
         self.cell = cell
         self.axis = axis
-        self.builder = builder
-        self.out = out
+        self.environments = environments
+        self.run_dir = run_dir
+        # One item per environment: a pre-imported worker would save nothing.
+        self.launcher = TorchrunLauncher()
         self.run_id = run_id
         self.writer = writer
         self.console = console
         self.repro = opts.discovery.repros[opts.repro]
-        self._by_identity: dict[Hashable, dict[str, Any]] = {}
-        self.records: dict[str, dict[str, Any]] = {}
+        self._by_identity: dict[Hashable, ItemRecord] = {}
+        self.records: dict[str, ItemRecord] = {}
         self.steps: list[dict[str, Any]] = []
         self.environments_built = 0
 
-    def record(self, point: str) -> dict[str, Any]:
+    def record(self, point: str) -> ItemRecord:
         if point in self.records:
             return self.records[point]
         identity = self.axis.identity(point)
@@ -242,13 +243,12 @@ class StepRunner:
             self.records[point] = {**self._by_identity[identity], "bisect_step_s": 0.0, "same_as_earlier": True}
             return self.records[point]
         started = time.perf_counter()
-        env: Environment | None = None
-        reason = ""
         try:
             cell = self.axis.cell(self.cell, point)
-            env = environment_for(cell, self.builder, self.opts.cache_dir)
+            resolved = self.environments.for_cell(cell)
         except EnvironmentUnavailable as exc:
-            cell, reason = dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}"), exc.reason
+            cell, resolved = dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}"), Resolved(None, exc.reason)
+        env = resolved.env
         if env is not None and not env.reused:
             self.environments_built += 1
         pins = self.axis.pins(point) if env is not None else ()
@@ -259,11 +259,17 @@ class StepRunner:
             run_id=self.run_id,
             item=item,
             repro=self.repro,
-            env=env,
-            unavailable_reason=reason,
-            out=self.out,
+            resolved=resolved,
+            run_dir=self.run_dir,
+            launcher=self.launcher,
             repro_cmd=run_command(
-                self.opts.matrix.path, cell, self.opts.repro, self.opts.mode, pins, self.opts.cache_dir
+                self.opts.matrix.path,
+                cell,
+                self.opts.repro,
+                self.opts.mode,
+                pins,
+                self.opts.cache_dir,
+                self.opts.repros_dirs,
             ),
         )
         record["bisect_point"] = point
@@ -343,7 +349,8 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
     if opts.mode not in modes:
         raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")
     cell = base_cell(opts.matrix, opts.cell)
-    builder = UvEnvironments(opts.cache_dir, pip_index_config())
+    environments = Environments(opts.cache_dir)
+    builder = environments.uv
     axis: VersionAxis | DateAxis
     if opts.by_date:
         for name in opts.hold:
@@ -361,16 +368,14 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
         axis = VersionAxis(str(opts.package))
         what = f"{opts.package} {points[0]} … {points[-1]} ({len(points)} releases)"
     run_id = new_run_id()
-    out = opts.out_dir or (opts.reports_dir / f"bisect-{run_id}")
-    if (out / RESULTS_FILE).exists():
-        raise UserError(out, RESULTS_FILE, "already holds results", "choose a new --out directory")
-    out.mkdir(parents=True, exist_ok=True)
+    run_dir = RunDir.create(opts.out_dir or (opts.reports_dir / f"bisect-{run_id}"))
+    out = run_dir.path
     console.print(
         f"bisect {opts.repro}/{opts.mode} over {what} in cell {cell.name}; good {good}, bad {bad}", highlight=False
     )
     started = time.perf_counter()
-    with ResultsWriter(out / RESULTS_FILE) as writer:
-        steps = StepRunner(opts, cell, axis, builder, out, run_id, writer, console)
+    with run_dir.locked(), run_dir.writer() as writer:
+        steps = StepRunner(opts, cell, axis, environments, run_dir, run_id, writer, console)
         # The bad endpoint first: its outcome and signature define "bad" for every step.
         bad_signature = signature_of(steps.record(bad))
 

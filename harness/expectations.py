@@ -26,6 +26,16 @@ def _holds(when: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
     return True
 
 
-def expectation_for(spec: ReproSpec, mode: str, versions: Mapping[str, str | None]) -> Expectation | None:
-    """The first expectation of ``mode`` whose version ranges all hold, if any."""
-    return next((e for e in spec.expectations if e.mode == mode and _holds(e.when, versions)), None)
+def expectation_for(
+    spec: ReproSpec, mode: str, versions: Mapping[str, str | None], device: str | None = None
+) -> Expectation | None:
+    """The first expectation of ``mode`` whose version ranges all hold and whose device, if it
+    names one, is the device the ranks ran on."""
+    return next(
+        (
+            e
+            for e in spec.expectations
+            if e.mode == mode and (e.device is None or e.device == device) and _holds(e.when, versions)
+        ),
+        None,
+    )

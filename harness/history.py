@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from harness.results import RESULTS_FILE, read_results
+from harness.errors import UserError
+from harness.records import ItemRecord
+from harness.results import RESULTS_FILE
+from harness.run_dir import RUN_FILE, RunDir
 
-RUN_FILE = "run.json"
 #: The most runs the history shows (the newest ones, the current run always among them).
 DEFAULT_LIMIT = 30
 
@@ -22,18 +22,18 @@ class PastRun:
     run_id: str
     name: str
     started_at: str
-    records: dict[Key, dict[str, Any]]
+    records: dict[Key, ItemRecord]
     current: bool
 
 
 def _load(directory: Path, current: bool) -> PastRun | None:
+    """A sibling run, or None where it cannot be read (it is left out of the history, not fatal)."""
+    run = RunDir(directory)
     try:
-        records = read_results(directory / RESULTS_FILE)
-        meta = json.loads((directory / RUN_FILE).read_text()) if (directory / RUN_FILE).is_file() else {}
-    except (OSError, ValueError):
+        records = run.records()
+        meta = run.read_meta()
+    except (UserError, OSError):
         return None
-    if not isinstance(meta, dict):
-        meta = {}
     return PastRun(
         run_id=str(meta.get("run_id") or directory.name),
         name=directory.name,

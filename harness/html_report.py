@@ -13,12 +13,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
@@ -27,11 +26,12 @@ from harness import __version__
 from harness.guard_cost import guard_costs
 from harness.history import PastRun, history_items, load_history
 from harness.plots import fixed_trainer_plot, guard_cost_plot, history_plot
-from harness.results import RESULTS_FILE, read_results
 from harness.summary import format_bytes, format_step
 
+if TYPE_CHECKING:
+    from harness.finalize import FinishedRun
+
 REPORT_FILE = "index.html"
-RUN_FILE = "run.json"
 
 
 @dataclass(frozen=True)
@@ -199,13 +199,10 @@ def render_report(
     )
 
 
-def write_report(run_dir: Path) -> Path:
-    """Render ``run_dir/index.html`` from its results.jsonl and run.json, with the history beside it."""
-    records = read_results(run_dir / RESULTS_FILE) if (run_dir / RESULTS_FILE).exists() else []
-    meta_path = run_dir / RUN_FILE
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    page = render_report(records, meta, load_history(run_dir))
-    path = run_dir / REPORT_FILE
+def write(run: FinishedRun) -> Path:
+    """Render the run's ``index.html``, with the history beside it (a ``finalize`` report writer)."""
+    page = render_report(run.records, run.meta, load_history(run.dir.path))
+    path = run.dir.path / REPORT_FILE
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)

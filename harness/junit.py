@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+if TYPE_CHECKING:
+    from harness.finalize import FinishedRun
 
 JUNIT_FILE = "junit.xml"
 
@@ -48,3 +51,11 @@ def write_junit(
     tmp = path.with_suffix(".xml.tmp")
     xml.write(str(tmp), pretty=True)
     tmp.replace(path)
+
+
+def write(run: FinishedRun) -> Path:
+    """The run's ``junit.xml`` (a ``finalize`` report writer)."""
+    path = run.dir.path / JUNIT_FILE
+    run_id = str(run.meta.get("run_id") or (run.records[0].get("run_id") if run.records else "") or "run")
+    write_junit(path, run_id, run.records, run.excluded)
+    return path

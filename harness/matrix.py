@@ -42,6 +42,11 @@ class Cell:
     #: The matrix cell this one was derived from (by --pin or bisect), if any.
     origin: str | None = None
 
+    @property
+    def provider(self) -> str:
+        """Which environment provider builds or finds this cell's interpreter."""
+        return "passthrough" if self.passthrough else "uv"
+
 
 @dataclass(frozen=True)
 class Exclude:
@@ -208,18 +213,17 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     defaults: dict[str, Any] = data.get("defaults") or {}
     cells_raw: dict[str, dict[str, Any]] = data["cells"]
     declared_lanes: dict[str, str] = dict(data.get("lanes") or {})
-    used_lanes = {lane for cell in cells_raw.values() for lane in cell.get("lanes", [])}
-    if declared_lanes:
-        for name, cell in cells_raw.items():
-            for i, lane in enumerate(cell.get("lanes", [])):
-                if lane not in declared_lanes:
-                    raise UserError(
-                        path,
-                        f"cells.{name}.lanes[{i}]",
-                        f"unknown lane {lane!r}",
-                        f"declare it under 'lanes:' or use one of: {', '.join(sorted(declared_lanes))}",
-                    )
-    lanes = declared_lanes or {lane: "" for lane in sorted(used_lanes)}
+    for name, cell in cells_raw.items():
+        for i, lane in enumerate(cell.get("lanes", [])):
+            if lane not in declared_lanes:
+                known = f"or use one of: {', '.join(sorted(declared_lanes))}" if declared_lanes else "(no lane is declared)"
+                raise UserError(
+                    path,
+                    f"cells.{name}.lanes[{i}]",
+                    f"unknown lane {lane!r}",
+                    f"declare it under 'lanes:' ({lane}: \"what it is for\") {known}",
+                )
+    lanes = declared_lanes
 
     cells: dict[str, Cell] = {}
     for name, raw in cells_raw.items():

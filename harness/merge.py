@@ -13,25 +13,26 @@ one lost runner still leaves a night's report.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import secrets
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
-from harness.junit import JUNIT_FILE, write_junit
-from harness.results import RESULTS_FILE, ResultsWriter, read_results
-from harness.shard import label, load_run_meta
+from harness.records import ItemRecord
+from harness.results import RESULTS_FILE
+from harness.run_dir import RunDir, RunMeta
+from harness.shard import label
 
 
 @dataclass
 class Merged:
-    out: Path
-    records: list[dict[str, Any]]
-    meta: dict[str, Any]
+    run_dir: RunDir
+    records: list[ItemRecord]
+    meta: RunMeta
     #: Lines for the user: missing shards, items no shard recorded.
     warnings: list[str] = field(default_factory=list)
 
@@ -40,11 +41,11 @@ def _key(record: dict[str, Any]) -> str:
     return label(record["cell"], record["repro"], record["mode"])
 
 
-def _read_shard(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    path = directory / RESULTS_FILE
-    if not path.exists():
+def _read_shard(directory: Path) -> tuple[list[ItemRecord], RunMeta]:
+    run = RunDir(directory)
+    if not run.results_path.is_file():
         raise UserError(directory, RESULTS_FILE, "no results file here", "pass the output directory of each shard's run")
-    return read_results(path), load_run_meta(directory)
+    return run.records(), run.read_meta()
 
 
 def _check_shards(dirs: Sequence[Path], metas: Sequence[dict[str, Any]]) -> tuple[list[str] | None, list[str]]:
@@ -90,7 +91,7 @@ def _now() -> str:
 def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     if not shard_dirs:
         raise UserError("merge", "SHARD_DIR", "no shard directories given", "pass OUT and then each shard's directory")
-    if (out / RESULTS_FILE).exists():
+    if RunDir(out).results_path.exists() or RunDir(out).meta_path.exists():
         raise UserError(out, RESULTS_FILE, "already holds the results of a run", "choose a new OUT directory")
     loaded = [_read_shard(d) for d in shard_dirs]
     metas = [meta for _, meta in loaded]
@@ -161,15 +162,27 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     if warnings:
         meta["incomplete"] = {"warnings": warnings, "not_run": not_run}
 
+    return Merged(run_dir=_write_atomically(out, records, meta), records=records, meta=meta, warnings=warnings)
+
+
+def _write_atomically(out: Path, records: list[ItemRecord], meta: RunMeta) -> RunDir:
+    """Write the merged run beside ``out`` and move it into place in one rename: a merge cut
+    short leaves ``out`` as it was, so it can simply be run again."""
+    out = Path(out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(out, "OUT", f"cannot be created ({exc.strerror})", "choose a directory you can write to") from None
-    with ResultsWriter(out / RESULTS_FILE) as writer:
-        for record in records:
-            writer.append(record)
-    tmp = out / "run.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, out / "run.json")
-    write_junit(out / JUNIT_FILE, run_id, records, meta["excluded"])
-    return Merged(out=out, records=records, meta=meta, warnings=warnings)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(out, "OUT", "exists and is not empty", "choose a new OUT directory")
+    staging = RunDir.create(out.parent / f".{out.name}.merging-{os.getpid()}")
+    try:
+        with staging.writer() as writer:
+            for record in records:
+                writer.append(record)
+        staging.write_meta(meta)
+        os.replace(staging.path, out)
+    except BaseException:
+        shutil.rmtree(staging.path, ignore_errors=True)
+        raise
+    return RunDir(out)

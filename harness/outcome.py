@@ -1,8 +1,8 @@
-"""Turn what the ranks recorded into one outcome from DESIGN.md's vocabulary.
+"""Turn what the ranks recorded into one outcome of the vocabulary (``repros/common/outcomes.py``).
 
 bug mode:   REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
 fixed mode: PASS | FAIL | INFRA | HANG | CRASH
-A cell whose environment cannot be built gives UNRESOLVABLE (decided by the runner).
+A cell whose environment cannot be built gives UNRESOLVABLE (decided before any launch).
 
 Only an observed signature makes REPRODUCED; only observed training facts make PASS.
 Expectations play no part here.
@@ -15,21 +15,18 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.launch import LaunchResult
+from harness.launchers.result import LaunchResult
+from repros.common.outcomes import Outcome
 from repros.common.spec import ReproSpec
 
-REPRODUCED = "REPRODUCED"
-NOT_REPRODUCED = "NOT_REPRODUCED"
-DIFFERENT_ERROR = "DIFFERENT_ERROR"
-PASS = "PASS"
-FAIL = "FAIL"
-INFRA = "INFRA"
-HANG = "HANG"
-CRASH = "CRASH"
-UNRESOLVABLE = "UNRESOLVABLE"
-
-BUG_OUTCOMES = (REPRODUCED, NOT_REPRODUCED, DIFFERENT_ERROR, INFRA, HANG, CRASH, UNRESOLVABLE)
-FIXED_OUTCOMES = (PASS, FAIL, INFRA, HANG, CRASH, UNRESOLVABLE)
+REPRODUCED = Outcome.REPRODUCED
+NOT_REPRODUCED = Outcome.NOT_REPRODUCED
+DIFFERENT_ERROR = Outcome.DIFFERENT_ERROR
+PASS = Outcome.PASS
+FAIL = Outcome.FAIL
+INFRA = Outcome.INFRA
+HANG = Outcome.HANG
+CRASH = Outcome.CRASH
 
 #: Exception types that say the machine, not the code under test, failed.
 _INFRA_EXCEPTIONS = ("MemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
@@ -50,13 +47,10 @@ class ErrorInfo:
     def first_line(self) -> str:
         return next((ln for ln in self.message.splitlines() if ln.strip()), "")
 
-    def as_record(self) -> dict[str, Any]:
-        return {"type": self.type, "message": self.first_line, "rank": self.rank}
-
 
 @dataclass(frozen=True)
 class Observation:
-    outcome: str
+    outcome: Outcome
     signature: str | None = None
     error: ErrorInfo | None = None
     #: Why a fixed run did not count as trained, or what the infrastructure said.

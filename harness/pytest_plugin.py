@@ -1,19 +1,23 @@
 """pytest plugin: the repros as test items, one per cell x repro x mode.
 
-    pytest repros/ --cell passthrough            # the runner's own stack (a GPU runner)
+    pytest repros/ --cells passthrough           # the runner's own stack (a GPU runner)
     pytest --matrix matrix.yaml --lane ci -n 2   # built environments, spread over workers
 
-Items are planned by ``harness.runner.plan_items`` and run by ``observe_item``, like
-``python -m harness run``: the same records, outcomes and expectations. An item
-passes when its observation matches its expectation; its failure shows the
-outcome, the signature or error, each rank's log tail and the command that reruns
-it. Excluded items are skipped with their reason. Records go to
-``<--repro-out>/results.jsonl`` as each item finishes (from every xdist worker),
-with ``run.json`` and the harness's own ``junit.xml`` beside it, so ``report`` and
-``compare`` read a pytest run like any run; ``--junitxml`` works as usual.
+Options are the command line's own (``harness/options.py``): ``--matrix --lane --cells
+--repros --modes --repros-dir``, with ``--repro-out`` and ``--repro-launcher`` for ``run``'s
+``--out`` and ``--launcher`` (``--cell`` is kept as another name for ``--cells``).
+
+Items are planned by ``harness.planning.plan_items`` and run by ``harness.observe``, like
+``run``: the same records, outcomes and expectations. An item passes when its observation
+matches its expectation; its failure shows the outcome, the signature or error, each
+rank's log tail and the command that reruns it. Excluded items are skipped with their
+reason. Records go to ``<--repro-out>/results.jsonl`` (default: ``reports/pytest-<run-id>``
+under the directory pytest was started from) as each item finishes, from every xdist
+worker; the session ends with ``harness.finalize`` (``junit.xml``, ``index.html``), so
+``report`` and ``compare`` read a pytest run like any run; ``--junitxml`` works as usual.
 
 Repro items are only collected when asked for: one of ``--matrix``, ``--lane``,
-``--cell``, ``--repros`` is given, or a path on the command line lies in a repro
+``--cells``, ``--repros`` is given, or a path on the command line lies in a repro
 directory. Without a path, they replace ``testpaths`` (the harness's own tests).
 
 Markers: ``world_size(n)`` (ranks the item launches) and ``gpus(n)`` (GPUs it needs;
@@ -27,9 +31,7 @@ takes a port the OS picks, so concurrent items never share one.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -40,63 +42,35 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness import __version__
-from harness.environments import Environment, EnvironmentUnavailable, UvEnvironments, default_cache_dir
+from harness import options
+from harness.environments import Environments, Resolved
 from harness.errors import UserError
-from harness.cell_worker import WorkerPool
+from harness.finalize import finalize
 from harness.gpu_lease import lease, visible_gpus
-from harness.junit import JUNIT_FILE, write_junit
-from harness.package_index import pip_index_config
-from harness.provenance import host_info
-from harness.repro_registry import BrokenRepro, Discovery, discover
-from harness.results import RESULTS_FILE, ResultsWriter, read_results
-from harness.runner import (
-    LAUNCHERS,
-    REPO_ROOT,
-    Plan,
-    PlannedItem,
-    RunOptions,
-    _broken_record,
-    _git_commit,
-    _options_record,
-    _write_run_json,
-    default_launcher,
-    environment_for,
-    new_run_id,
-    observe_item,
-    plan_items,
-    repro_command,
-)
+from harness.launchers import Launcher, LauncherContext, make_launcher
+from harness.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.observe import broken_record, now, observe_item
+from harness.pipeline import new_run_id, start_meta
+from harness.planning import Plan, PlannedItem, RunOptions, plan_items
+from harness.records import ItemRecord
+from harness.repro_registry import BrokenRepro
+from harness.rerun import repro_command
+from harness.results import ResultsWriter
+from harness.run_dir import RunDir
 from harness.summary import results_table
-from repros.common.spec import MODES
 
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
-SELECTING_OPTIONS = ("matrix", "lane", "cell", "repros")
+#: The shared options (harness/options.py) the plugin takes; any of the first four asks for repro items.
+PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher")
+SELECTING_OPTIONS = ("matrix", "lane", "cells", "repros")
 #: Lines of each rank's log shown in a failure.
 TAIL_LINES = 25
 
 
-def _csv(values: list[str] | None) -> tuple[str, ...]:
-    return tuple(v.strip() for value in values or [] for v in value.split(",") if v.strip())
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ft-regress repros", "run the repros as test items (see harness/pytest_plugin.py)")
-    group.addoption("--matrix", dest="ft_matrix", help="matrix file (default: the repository's matrix.yaml)")
-    group.addoption("--lane", dest="ft_lane", help="run the cells of this lane (default: the matrix's default_lane)")
-    group.addoption("--cell", dest="ft_cell", action="append", help="cell name(s), comma-separated, repeatable")
-    group.addoption("--repros", dest="ft_repros", action="append", help="repro ids, comma-separated, e.g. F1,F5")
-    group.addoption("--modes", dest="ft_modes", action="append", help=f"modes (default: {','.join(MODES)})")
-    group.addoption("--repros-dir", dest="ft_repros_dir", action="append", default=[], help="also load repros here")
-    group.addoption("--repro-out", dest="ft_out", help="where the records go (default: reports/pytest-<run-id>)")
-    group.addoption(
-        "--repro-launcher",
-        dest="ft_launcher",
-        choices=LAUNCHERS,
-        default=default_launcher(),
-        help="worker: fork the ranks from each cell's pre-imported worker (default); torchrun: a bare torchrun per item",
-    )
+    options.add_pytest_options(group, PLUGIN_OPTIONS)
     parser.addini("ft_regress_reports", "directory for repro runs' output", default="reports")
 
 
@@ -108,39 +82,28 @@ class ReproSession:
     opts: RunOptions
     plan: Plan
     run_id: str
-    out: Path
+    run_dir: RunDir
     is_worker: bool
     gpus: list[str]
-    envs: dict[str, tuple[Environment | None, str]] = field(default_factory=dict)
-    builder: UvEnvironments | None = None
+    environments: Environments
     writer: ResultsWriter | None = None
-    #: This process's pre-imported cell workers (``--repro-launcher worker``), started on first use.
-    workers: WorkerPool | None = None
+    #: This process's launcher (the cells' pre-imported workers by default), made on first use.
+    launcher: Launcher | None = None
+    envs_seen: dict[str, Resolved] = field(default_factory=dict)
 
-    def worker_pool(self) -> WorkerPool | None:
-        if self.config.getoption("ft_launcher") != "worker":
-            return None
-        if self.workers is None:
+    def item_launcher(self) -> Launcher:
+        if self.launcher is None:
             name = os.environ.get("PYTEST_XDIST_WORKER", "controller")
-            self.workers = WorkerPool(REPO_ROOT, self.out / "workers" / name)
-        return self.workers
+            self.launcher = make_launcher(self.opts.launcher, LauncherContext(self.run_dir.workers_dir / name))
+        return self.launcher
 
-    def environment(self, item: PlannedItem) -> tuple[Environment | None, str]:
+    def environment(self, item: PlannedItem) -> Resolved:
         """The cell's environment, resolved (built if need be) once per process."""
-        name = item.cell.name
-        if name not in self.envs:
-            assert self.opts.cache_dir is not None
-            if self.builder is None:
-                self.builder = UvEnvironments(self.opts.cache_dir, pip_index_config())
-            try:
-                self.envs[name] = (environment_for(item.cell, self.builder, self.opts.cache_dir), "")
-            except EnvironmentUnavailable as exc:
-                self.envs[name] = (None, exc.reason)
-        return self.envs[name]
+        return self.environments.for_cell(item.cell)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: ItemRecord) -> None:
         if self.writer is None:
-            self.writer = ResultsWriter(self.out / RESULTS_FILE)
+            self.writer = self.run_dir.writer()
         self.writer.append(record)
 
     def repro_files(self) -> dict[Path, str]:
@@ -156,11 +119,12 @@ class ReproSession:
 def _module_path(module: str) -> Path:
     if module.endswith(".py"):
         return Path(module).resolve()
-    return (REPO_ROOT / Path(*module.split("."))).with_suffix(".py").resolve()
+    return (WORKER_PACKAGE_DIR.parent / Path(*module.split("."))).with_suffix(".py").resolve()
 
 
 def _repro_dirs(config: pytest.Config) -> list[Path]:
-    return [REPO_ROOT / "repros", *(Path(d).resolve() for d in config.getoption("ft_repros_dir"))]
+    base = config.invocation_params.dir
+    return [WORKER_PACKAGE_DIR, *(Path(base, d).resolve() for d in config.getoption("ft_repros_dir"))]
 
 
 def _asked_for(config: pytest.Config) -> bool:
@@ -176,31 +140,20 @@ def _asked_for(config: pytest.Config) -> bool:
     return False
 
 
-def _options(config: pytest.Config) -> RunOptions:
-    from harness.cli import DEFAULT_MATRIX
-    from harness.matrix import load_matrix
+def _values(config: pytest.Config) -> dict[str, Any]:
+    """The plugin's option values by the shared destinations, paths against the invocation directory."""
+    base = config.invocation_params.dir
+    values = {name: config.getoption(f"ft_{name}") for name in PLUGIN_OPTIONS}
+    if values["matrix"]:
+        values["matrix"] = Path(base, values["matrix"])
+    values["repros_dir"] = [Path(base, d) for d in values["repros_dir"] or []]
+    return values
 
-    repros_dirs = tuple(Path(d).resolve() for d in config.getoption("ft_repros_dir"))
-    for directory in repros_dirs:
-        if not directory.is_dir():
-            raise UserError(directory, "--repros-dir", "is not a directory", "pass a directory of repro .py files")
-    discovery: Discovery = discover(repros_dirs)
-    matrix = load_matrix(
-        Path(config.getoption("ft_matrix") or DEFAULT_MATRIX), known_repros=discovery.repros.keys(), known_modes=MODES
-    )
-    return RunOptions(
-        matrix=matrix,
-        discovery=discovery,
-        lane=config.getoption("ft_lane"),
-        cells=_csv(config.getoption("ft_cell")),
-        repros=_csv(config.getoption("ft_repros")),
-        modes=_csv(config.getoption("ft_modes")) or MODES,
-        cache_dir=default_cache_dir().expanduser().resolve(),
-        # Like `run` without --cache-dir (FT_REGRESS_CACHE, set by --harness-cache, is read anyway),
-        # so each item's repro_cmd is the one `run` writes.
-        cache_dir_given=False,
-        repros_dirs=repros_dirs,
-    )
+
+def _options(config: pytest.Config) -> RunOptions:
+    # Like `run` without --cache-dir (FT_REGRESS_CACHE, set by --harness-cache, is read anyway),
+    # so each item's repro_cmd is the one `run` writes.
+    return options.selection(_values(config), cwd=config.invocation_params.dir)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -222,9 +175,14 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         run_id = new_run_id()
         chosen = config.getoption("ft_out")
-        out = Path(chosen) if chosen else config.rootpath / config.getini("ft_regress_reports") / f"pytest-{run_id}"
+        # Records go under the directory pytest was invoked from, never pytest's rootdir.
+        base = config.invocation_params.dir
+        out = Path(base, chosen) if chosen else base / config.getini("ft_regress_reports") / f"pytest-{run_id}"
         out = out.resolve()
-    state = ReproSession(config, opts, plan, run_id, out, workerinput is not None, visible_gpus())
+    assert opts.cache_dir is not None
+    state = ReproSession(
+        config, opts, plan, run_id, RunDir(out), workerinput is not None, visible_gpus(), Environments(opts.cache_dir)
+    )
     config.stash[STATE] = state
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(d) for d in _repro_dirs(config)]
@@ -238,30 +196,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _start_run(state: ReproSession) -> None:
-    if (state.out / RESULTS_FILE).exists():
-        raise pytest.UsageError(f"{state.out}: {RESULTS_FILE}: already holds the results of a run; choose a new --repro-out")
-    state.out.mkdir(parents=True, exist_ok=True)
-    builder = UvEnvironments(state.opts.cache_dir or default_cache_dir(), pip_index_config())
-    _write_run_json(
-        state.out,
-        {
-            "run_id": state.run_id,
-            "via": "pytest",
-            "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "argv": list(state.config.invocation_params.args),
-            "options": _options_record(state.opts),
-            "harness_version": __version__,
-            "git_commit": _git_commit(),
-            "matrix": {"path": str(state.opts.matrix.path), "sha256": state.opts.matrix.sha256},
-            "lane": state.opts.lane or state.opts.matrix.default_lane,
-            "host": host_info(),
-            "cache_dir": str(state.opts.cache_dir),
-            "index": builder.index.key_material(),
-            "planned": [i.id.label() for i in state.plan.items],
-            "excluded": state.plan.excluded,
-            "broken_repros": {k: v.reason for k, v in state.opts.discovery.broken.items()},
-            "gpus_visible": state.gpus,
-        },
+    try:
+        state.run_dir = RunDir.create(state.run_dir.path)
+    except UserError as exc:
+        raise pytest.UsageError(f"{exc.line()} (--repro-out)") from None
+    state.run_dir.write_meta(
+        start_meta(
+            state.opts,
+            state.plan,
+            state.run_id,
+            state.environments,
+            state.config.invocation_params.args,
+            via="pytest",
+            gpus_visible=state.gpus,
+        )
     )
 
 
@@ -272,7 +220,7 @@ def pytest_configure_node(node: Any) -> None:
     if state is not None:
         node.workerinput[WORKER_INPUT] = {
             "run_id": state.run_id,
-            "out": str(state.out),
+            "out": str(state.run_dir.path),
             "loadgroup": node.config.getoption("dist") == "loadgroup",
         }
 
@@ -383,7 +331,7 @@ def failure_text(record: dict[str, Any]) -> str:
 class _RecordedItem(pytest.Item):
     record: dict[str, Any] | None = None
 
-    def _finish(self, state: ReproSession, record: dict[str, Any]) -> None:
+    def _finish(self, state: ReproSession, record: ItemRecord) -> None:
         state.append(record)
         self.record = record
         for key in ("outcome", "expected", "signature", "matched", "wall_s", "peak_mem_bytes"):
@@ -410,18 +358,17 @@ class ReproItem(_RecordedItem):
 
     def runtest(self) -> None:
         state = self.config.stash[STATE]
-        env, reason = state.environment(self.planned)
-        wanted = self.planned.world_size if state.gpus and env is not None else 0
+        resolved = state.environment(self.planned)
+        wanted = self.planned.world_size if state.gpus and resolved.env is not None else 0
         with lease(wanted, state.gpus) as gpus:
             record = observe_item(
                 run_id=state.run_id,
                 item=self.planned,
                 repro=state.opts.discovery.repros[self.planned.repro_id],
-                env=env,
-                unavailable_reason=reason,
-                out=state.out,
+                resolved=resolved,
+                run_dir=state.run_dir,
+                launcher=state.item_launcher(),
                 repro_cmd=repro_command(state.opts, self.planned),
-                workers=state.worker_pool(),
                 gpus=gpus,
             )
         self._finish(state, record)
@@ -441,7 +388,7 @@ class BrokenItem(_RecordedItem):
 
     def runtest(self) -> None:
         state = self.config.stash[STATE]
-        self._finish(state, _broken_record(state.run_id, self.cell, self.broken))
+        self._finish(state, broken_record(state.run_id, self.cell, self.broken))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"{self.cell.name}/{self.broken.id}/bug"
@@ -480,26 +427,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.writer is not None:
         state.writer.close()
         state.writer = None
-    if state.workers is not None:
-        state.workers.close()
-    if state.is_worker or session.config.getoption("collectonly") or not state.out.exists():
+    if state.launcher is not None:
+        state.launcher.close()
+    if state.is_worker or session.config.getoption("collectonly") or not state.run_dir.meta_path.exists():
         return
-    path = state.out / RESULTS_FILE
-    records = read_results(path) if path.exists() else []
-    run_json = state.out / "run.json"
-    meta = json.loads(run_json.read_text()) if run_json.exists() else {}
-    meta["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    meta = state.run_dir.read_meta()
+    meta["finished_at"] = now()
     meta["pytest_exitstatus"] = int(session.exitstatus)
-    _write_run_json(state.out, meta)
-    write_junit(state.out / JUNIT_FILE, state.run_id, records, state.plan.excluded)
+    state.run_dir.write_meta(meta)
+    finalize(state.run_dir)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is None or state.is_worker or config.getoption("collectonly"):
         return
-    path = state.out / RESULTS_FILE
-    records = read_results(path) if path.exists() else []
+    records = state.run_dir.records()
     if not records:
         return
     buffer = io.StringIO()
@@ -507,4 +450,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "ft-regress: outcome (✓ matches expectation) · peak memory · step time")
     terminalreporter.write(buffer.getvalue())
     matched = sum(1 for r in records if r.get("matched"))
-    terminalreporter.write_line(f"{matched} of {len(records)} items matched their expectation; results: {path}")
+    terminalreporter.write_line(
+        f"{matched} of {len(records)} items matched their expectation; results: {state.run_dir.results_path}"
+    )

@@ -1,176 +1,76 @@
-"""Result records: one JSON object per cell x repro x mode in ``results.jsonl``.
+"""``results.jsonl``: one record per line, appended as each item finishes, never lost.
 
-Each record is appended as its item finishes, as one line written with a single
-``write`` and flushed to disk, so a run that is interrupted keeps every record it
-finished, whole.
+A record is written with as many ``write`` calls as it takes and flushed to disk, so an
+interrupted run keeps every record it finished, whole. Before anything is appended, a torn
+last line (a crash or a full disk mid-write) is set aside to ``results.jsonl.torn`` and cut
+from the file, so the next record never glues onto a fragment. A write that fails (a full
+disk) is undone to the last whole line and raised as ``ResultsWriteError``: the run stops
+cleanly, keeping what was written.
+
+Reading is strict about what a line is (``harness.records.parse_record``): a line that is
+not a record of a known schema makes the file unreadable, with the line number, except a
+torn last line, which a reader skips (its writer may still be appending).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.environments import Environment
-from harness.launch import LaunchResult
-from harness.metrics import peak_memory, step_time_summary
-from harness.outcome import Observation
-from repros.common.context import TRACKED_PACKAGES
-from repros.common.spec import Expectation
+from harness.errors import UserError
+from harness.records import ItemRecord, RecordError, parse_record
 
-SCHEMA_VERSION = 1
 RESULTS_FILE = "results.jsonl"
+TORN_SUFFIX = ".torn"
 
 
-@dataclass(frozen=True)
-class ItemId:
-    cell: str
-    repro: str
-    mode: str
-
-    def label(self) -> str:
-        return f"{self.cell}/{self.repro}/{self.mode}"
+class ResultsWriteError(Exception):
+    """A record could not be written whole (the file is left ending with the last whole record)."""
 
 
-def tracked_versions(env: Environment | None) -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": env.python_version if env else None}
-    for name in TRACKED_PACKAGES:
-        versions[name] = env.version(name) if env else None
-    return versions
-
-
-def _expectation_fields(expected: Expectation | None, outcome: str) -> dict[str, Any]:
-    return {
-        "expected": expected.outcome if expected else None,
-        "expected_when": dict(expected.when) if expected else None,
-        "expected_established_by": expected.established_by if expected else None,
-        # An observation with no expectation for its versions is not a match:
-        # somebody has to look at it and record what it should be.
-        "matched": bool(expected and expected.outcome == outcome),
-    }
-
-
-def item_record(
-    *,
-    run_id: str,
-    item: ItemId,
-    observation: Observation,
-    expected: Expectation | None,
-    env: Environment,
-    launch: LaunchResult,
-    repro_cmd: str,
-    item_dir: Path,
-    started_at: str,
-    finished_at: str,
-) -> dict[str, Any]:
-    records = [rec for rec in launch.records.values() if rec is not None]
-    peak, peak_kind, peak_per_rank = peak_memory(records)
-    first = next((rec for rec in records if rec.get("device")), {})
-    train = next((rec.get("train") for rec in records if rec.get("rank") == 0 and rec.get("train")), None)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "cell": item.cell,
-        "repro": item.repro,
-        "mode": item.mode,
-        "outcome": observation.outcome,
-        "signature": observation.signature,
-        **_expectation_fields(expected, observation.outcome),
-        "versions": tracked_versions(env),
-        "world_size": launch.world_size,
-        "device": first.get("device"),
-        "device_name": first.get("device_name"),
-        "cuda_version": first.get("cuda_version"),
-        "nccl_version": first.get("nccl_version"),
-        "backend": first.get("backend"),
-        "peak_mem_bytes": peak,
-        "peak_mem_kind": peak_kind,
-        "peak_mem_bytes_per_rank": {str(k): v for k, v in sorted(peak_per_rank.items())},
-        "step_time_s": step_time_summary(records),
-        "wall_s": round(launch.wall_s, 3),
-        "error": observation.error.as_record() if observation.error else None,
-        "reasons": list(observation.reasons),
-        "guards": next((rec.get("guards") for rec in records if rec.get("guards") is not None), []),
-        "losses": train.get("losses") if train else None,
-        "ranks": [
-            {
-                "rank": rank,
-                "status": rec.get("status") if rec else "missing",
-                "phase": rec.get("phase") if rec else None,
-                "exitcode": launch.rank_exitcodes.get(rank),
-                "error_type": (rec.get("error") or {}).get("type") if rec else None,
-                "log_tail": launch.rank_tails.get(rank, ""),
-            }
-            for rank, rec in sorted(launch.records.items())
-        ],
-        "launcher_tail": launch.launcher_tail,
-        "leftovers_killed": launch.leftovers_killed,
-        "stale_build_locks_removed": launch.stale_build_locks_removed,
-        "shm_segments_removed": launch.shm_segments_removed,
-        "env": env_summary(env),
-        "repro_cmd": repro_cmd,
-        "launch_cmd": launch.command,
-        "launcher": launch.launcher,
-        "item_dir": str(item_dir),
-        "started_at": started_at,
-        "finished_at": finished_at,
-    }
-
-
-def env_summary(env: Environment | None) -> dict[str, Any] | None:
-    if env is None:
+def _ends_torn(path: Path) -> int | None:
+    """The length of the file up to its last newline, where bytes follow it; else None."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
         return None
-    return {
-        "key": env.key,
-        "path": env.path,
-        "python": env.python,
-        "reused": env.reused,
-        "build_s": round(env.build_s, 3),
-        "passthrough": env.passthrough,
-        "extensions_dir": env.extensions_dir,
-    }
+    if size == 0:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        # Walk back to the last newline.
+        position = size
+        while position > 0:
+            step = min(65536, position)
+            fh.seek(position - step)
+            chunk = fh.read(step)
+            found = chunk.rfind(b"\n")
+            if found >= 0:
+                return position - step + found + 1
+            position -= step
+        return 0
 
 
-def unobserved_record(
-    *,
-    outcome: str,
-    error_type: str,
-    run_id: str,
-    item: ItemId,
-    reason: str,
-    world_size: int,
-    repro_cmd: str,
-    started_at: str,
-    finished_at: str,
-) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "cell": item.cell,
-        "repro": item.repro,
-        "mode": item.mode,
-        "outcome": outcome,
-        "signature": None,
-        # Nothing ran, so there are no versions to look an expectation up by.
-        **_expectation_fields(None, outcome),
-        "versions": tracked_versions(None),
-        "world_size": world_size,
-        "device": None,
-        "backend": None,
-        "peak_mem_bytes": None,
-        "peak_mem_kind": None,
-        "step_time_s": None,
-        "wall_s": 0.0,
-        "error": {"type": error_type, "message": reason.splitlines()[0] if reason else "", "rank": None},
-        "reasons": [reason],
-        "guards": [],
-        "env": None,
-        "repro_cmd": repro_cmd,
-        "started_at": started_at,
-        "finished_at": finished_at,
-    }
+def repair(path: Path) -> str | None:
+    """Set a torn last line aside (``<file>.torn``) and cut it off; return the fragment set aside."""
+    whole = _ends_torn(path)
+    if whole is None:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(whole)
+        fragment = fh.read()
+    with open(path.with_name(path.name + TORN_SUFFIX), "ab") as aside:
+        aside.write(fragment + b"\n")
+        aside.flush()
+        os.fsync(aside.fileno())
+    os.truncate(path, whole)
+    return fragment.decode("utf-8", errors="replace")
 
 
 class ResultsWriter:
@@ -178,12 +78,28 @@ class ResultsWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: A torn last line found (and set aside) when the file was opened.
+        self.repaired = repair(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: ItemRecord | dict[str, Any]) -> None:
         line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
-        os.write(self._fd, line)
-        os.fsync(self._fd)
+        start = os.fstat(self._fd).st_size
+        written = 0
+        try:
+            while written < len(line):
+                n = os.write(self._fd, line[written:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "write returned no progress")
+                written += n
+            os.fsync(self._fd)
+        except OSError as exc:
+            # Undo the partial line: the file ends with the last whole record.
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            raise ResultsWriteError(f"{self.path}: could not write a record ({exc.strerror or exc})") from exc
 
     def close(self) -> None:
         os.close(self._fd)
@@ -195,16 +111,43 @@ class ResultsWriter:
         self.close()
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """Every whole record in a results file (a torn last line is ignored)."""
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, the line, whether it is the last one and has no newline)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    parts = data.split(b"\n")
+    for number, part in enumerate(parts, 1):
+        last = number == len(parts)
+        if last and not part:
+            break
+        yield number, part, last
+
+
+def read_results(path: Path) -> list[ItemRecord]:
+    """Every record in a results file; a torn last line is skipped. Anything else that is
+    not a record raises ``UserError`` naming the file, the line and what is wrong."""
+    try:
+        lines = list(_lines(path))
+    except IsADirectoryError:
+        raise UserError(path, "", "is a directory, not a results file", "pass the run's directory") from None
+    except OSError as exc:
+        raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    records: list[ItemRecord] = []
+    for number, raw, last in lines:
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if last:
+                continue  # a torn last line: its writer died (or is still) mid-write
+            problem = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "is not JSON"
+            raise UserError(
+                path, f"line {number}", f"{problem}", "restore the file from the run, or remove that line"
+            ) from None
+        try:
+            records.append(parse_record(value))
+        except RecordError as exc:
+            raise UserError(path, f"line {number}", str(exc), "pass the results of an ft-regress run") from None
     return records

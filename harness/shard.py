@@ -15,7 +15,6 @@ whole plan and its own part in ``run.json`` for ``merge`` to check.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -64,8 +63,8 @@ def durations_from(reports_dir: Path) -> dict[str, float]:
     for path in sorted(reports_dir.glob(f"*/{RESULTS_FILE}")):
         try:
             records = read_results(path)
-        except (OSError, UnicodeDecodeError):
-            continue
+        except (OSError, UserError):
+            continue  # a damaged sibling run says nothing about durations
         for record in records:
             try:
                 key = label(record["cell"], record["repro"], record["mode"])
@@ -115,14 +114,3 @@ def shard_meta(shard: Shard, all_labels: Sequence[str], mine: Sequence[str], dur
             "expected_s": round(sum(weights(all_labels, durations)[k] for k in mine), 3),
         },
     }
-
-
-def load_run_meta(directory: Path) -> dict[str, object]:
-    path = directory / "run.json"
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}

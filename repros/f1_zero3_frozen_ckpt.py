@@ -9,12 +9,11 @@ Trainable LoRA weights are unaffected. DeepSpeed PR #8148 fixed it.
 bug:   tiny Qwen2, LoRA r=8 on q/v, bf16, ZeRO-3, HF gradient checkpointing with
        ``use_reentrant=False``, a torch AdamW as the client optimizer.
 fixed: the same scenario through the fixed trainer's guards.
-
-Heavy imports stay inside ``run``: the orchestrator imports this module for SPEC.
 """
 
 from __future__ import annotations
 
+from repros.common.outcomes import Outcome
 from repros.common.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
 from repros.common.spec import Expectation, ReproSpec, Signature
 
@@ -47,16 +46,18 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", "REPRODUCED", {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED),
-        Expectation("bug", "NOT_REPRODUCED", {"deepspeed": ">=0.19.3"}, established_by=_ESTABLISHED),
-        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.3"}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
-    from repros.common.fixed_trainer import Scenario, choose_guards, train_deepspeed
+    from repros.common.fixed_trainer import train_deepspeed
+    from repros.common.guards import choose_guards
+    from repros.common.scenario import Scenario
 
     scenario = Scenario(zero_stage=3, bf16=True, gradient_checkpointing=True, use_reentrant=False)
     guards = choose_guards(scenario) if ctx.mode == "fixed" else []

@@ -19,6 +19,7 @@ fixed: the same scenario through the fixed trainer's guards.
 
 from __future__ import annotations
 
+from repros.common.outcomes import Outcome
 from repros.common.signatures import (
     CHECKPOINT_ERROR,
     RECOMPUTE_METADATA_PATTERN,
@@ -60,17 +61,19 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", "REPRODUCED", {"torch": "<2.13", "transformers": "<5.23"}, established_by=_ESTABLISHED),
-        Expectation("bug", "NOT_REPRODUCED", {"torch": ">=2.13"}, established_by=_ESTABLISHED),
-        Expectation("bug", "NOT_REPRODUCED", {"transformers": ">=5.23"}, established_by=_ESTABLISHED),
-        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.REPRODUCED, {"torch": "<2.13", "transformers": "<5.23"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {"torch": ">=2.13"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.23"}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
-    from repros.common.fixed_trainer import Scenario, choose_guards, train
+    from repros.common.fixed_trainer import train
+    from repros.common.guards import choose_guards
+    from repros.common.scenario import Scenario
 
     scenario = Scenario(engine="fsdp2", adapter="dora", bf16=True, gradient_checkpointing=True, use_reentrant=False)
     guards = choose_guards(scenario) if ctx.mode == "fixed" else []

@@ -20,12 +20,11 @@ fixed: the same scenario through the fixed trainer's guards (``peft-model-wrap``
 
 A cell whose bitsandbytes or transformers cannot quantize on this device at all gives
 ``INFRA`` with the library's own reason (see repros/common/quantized.py).
-
-Heavy imports stay inside ``run``: the orchestrator imports this module for SPEC.
 """
 
 from __future__ import annotations
 
+from repros.common.outcomes import Outcome
 from repros.common.spec import Expectation, ReproSpec, Signature
 
 #: The quantization the bug mode uses (decided by running; see the module docstring).
@@ -86,39 +85,46 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", "INFRA", {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE),
-        Expectation("bug", "REPRODUCED", {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+        ),
+        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED),
         Expectation(
             "bug",
-            "REPRODUCED",
+            Outcome.REPRODUCED,
             {"transformers": ">=5.0.0.dev0", "bitsandbytes": "<0.48"},
             established_by=_ESTABLISHED,
             note="transformers 5's wording: F3.to-8bit-needs-bnb-0.48",
         ),
         Expectation(
             "bug",
-            "NOT_REPRODUCED",
+            Outcome.NOT_REPRODUCED,
             {"transformers": ">=5.0.0.dev0", "bitsandbytes": ">=0.48"},
             established_by=_ESTABLISHED,
             note="transformers 5 lets an 8-bit model move with to() given bitsandbytes >= 0.48",
         ),
-        Expectation("fixed", "INFRA", {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE),
+        Expectation(
+            "fixed", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+        ),
         Expectation(
             "fixed",
-            "FAIL",
+            Outcome.FAIL,
             {"bitsandbytes": ">=0.46,<0.47"},
             established_by=_ESTABLISHED,
             note="bitsandbytes 0.46.x int8 CPU matmul gives wrong outputs; no trainer can train there",
+            device="cpu",
         ),
-        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
-    from repros.common.fixed_trainer import Scenario, choose_guards, train
+    from repros.common.fixed_trainer import train
+    from repros.common.guards import choose_guards
     from repros.common.quantized import last_load_facts
+    from repros.common.scenario import Scenario
 
     scenario = Scenario(
         engine="deepspeed",

@@ -18,14 +18,13 @@ fixed: the same scenario with the fixed trainer's guards (``merge-before-sync``)
 
 The target is the real vLLM engine where vLLM imports and a GPU is present, else a fresh
 transformers model loaded with vLLM's strictness (repros/common/weight_sync.py).
-
-Heavy imports stay inside ``run``: the orchestrator imports this module for SPEC.
 """
 
 from __future__ import annotations
 
 import re
 
+from repros.common.outcomes import Outcome
 from repros.common.spec import Expectation, ReproSpec, Signature
 
 #: A name only a PEFT model has: the ``base_model.model.`` prefix, or a LoRA layer's own parts.
@@ -95,8 +94,8 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", "REPRODUCED", {}, established_by=_ESTABLISHED),
-        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
 )
@@ -106,7 +105,9 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
     import torch.distributed as dist
 
     from repros.common import weight_sync
-    from repros.common.fixed_trainer import Scenario, apply_guards, choose_guards, train
+    from repros.common.fixed_trainer import train
+    from repros.common.guards import apply_guards, choose_guards
+    from repros.common.scenario import Scenario
 
     # Persistence threshold 0: ZeRO-3 partitions every parameter, as it does the large ones of a
     # real model (its default, 1e5 elements, would keep all of this tiny model's whole, and the

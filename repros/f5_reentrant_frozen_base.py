@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.common.outcomes import Outcome
 from repros.common.spec import Expectation, ReproSpec, Signature
 
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -84,16 +85,18 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", "REPRODUCED", {"transformers": "<5.0.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", "NOT_REPRODUCED", {"transformers": ">=5.0.0"}, established_by=_ESTABLISHED),
-        Expectation("fixed", "PASS", {}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.0.0"}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
-    from repros.common.fixed_trainer import Scenario, choose_guards, train
+    from repros.common.fixed_trainer import train
+    from repros.common.guards import choose_guards
+    from repros.common.scenario import Scenario
     from repros.common.silent_failures import raise_if_layer_adapters_got_no_gradient
 
     scenario = Scenario(

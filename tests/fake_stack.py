@@ -68,7 +68,7 @@ except Exception as exc:
     record.update(status="error", error={"type": name, "message": str(exc), "traceback": traceback.format_exc()})
     print(traceback.format_exc(), file=sys.stderr)
     code = 1
-record.update(t_end=time.time(), peak_mem_bytes=1 << 20, peak_mem_kind="cpu_peak_rss", step_times_s=[])
+record.update(t_end=time.time(), measures={"peak_mem": {"kind": "cpu_peak_rss", "value": 1 << 20}})
 write_rank_record(args.item_dir, rank, record)
 sys.exit(code)
 """
@@ -158,4 +158,5 @@ def this_interpreter(key: str, extensions_dir: Path) -> Environment:
         extensions_dir=str(extensions_dir),
         reused=True,
         build_s=0.0,
+        passthrough=True,
     )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import resource
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
+
+from repros.common.measures import METERS, Meter
 
 TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes")
 
@@ -21,35 +22,43 @@ def installed_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str
     return versions
 
 
-@dataclass
-class StepClock:
-    """Wall time of the timed sections of each step, synchronised on CUDA."""
+class Meters:
+    """Every meter of a rank, driven together by the training loop:
 
-    device_type: str
-    step_times_s: list[float] = field(default_factory=list)
-    _current: float = 0.0
-    _started: float | None = None
+    ``training_begins()`` once right before the first step; around each step's timed
+    sections ``resume()`` / ``pause()``; ``end_step()`` after each step."""
 
-    def _sync(self) -> None:
-        if self.device_type == "cuda":
-            import torch
+    def __init__(self, meters: Sequence[Meter]) -> None:
+        self.meters = list(meters)
 
-            torch.cuda.synchronize()
+    @classmethod
+    def for_device(cls, device: Any) -> Meters:
+        return cls([meter(device) for meter in METERS])
+
+    def training_begins(self) -> None:
+        for meter in self.meters:
+            meter.training_begins()
 
     def resume(self) -> None:
-        self._sync()
-        self._started = time.perf_counter()
+        for meter in self.meters:
+            meter.resume()
 
     def pause(self) -> None:
-        self._sync()
-        if self._started is None:
-            raise RuntimeError("StepClock.pause() without resume()")
-        self._current += time.perf_counter() - self._started
-        self._started = None
+        for meter in reversed(self.meters):
+            meter.pause()
 
     def end_step(self) -> None:
-        self.step_times_s.append(self._current)
-        self._current = 0.0
+        for meter in self.meters:
+            meter.end_step()
+
+    def results(self) -> dict[str, Any]:
+        """What the rank records under ``measures``: each meter's result by its measure's name."""
+        found = {}
+        for meter in self.meters:
+            result = meter.result()
+            if result is not None:
+                found[meter.measure.name] = result
+        return found
 
 
 @dataclass
@@ -62,25 +71,10 @@ class RankContext:
     steps: int
     warmup_steps: int
     mode: str
-    clock: StepClock
+    meters: Meters
     #: Facts the scenario reports (training facts, guards applied); merged into the record.
     facts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def device_type(self) -> str:
         return str(self.device.type)
-
-    def reset_peak_memory(self) -> None:
-        if self.device_type == "cuda":
-            import torch
-
-            torch.cuda.reset_peak_memory_stats(self.device)
-
-    def peak_memory(self) -> tuple[int, str]:
-        """Peak memory of this rank and what kind of figure it is."""
-        if self.device_type == "cuda":
-            import torch
-
-            return int(torch.cuda.max_memory_allocated(self.device)), "cuda_max_allocated"
-        # ru_maxrss is in KiB on Linux: the process's peak resident set size.
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_peak_rss"

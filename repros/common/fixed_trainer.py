@@ -1,35 +1,13 @@
 """The fixed trainer: a small LoRA / QLoRA / DoRA trainer that works around the documented failures.
 
-A ``Scenario`` describes what a user asks for (engine, adapter, quantization, ZeRO stage,
-checkpointing...). ``choose_guards`` looks at the scenario and the installed versions and
-returns the workarounds that apply; ``train`` runs the scenario with the guards it is given
-and reports what happened: the loss per step, each adapter parameter's gradient norm per
-step, and how far each adapter weight moved. A repro's ``bug`` mode calls ``train`` with no
-guards (the documented configuration as users wrote it), its ``fixed`` mode with
-``choose_guards``'s list. Whether the run counts as trained is judged by the orchestrator
-from those facts, not here.
-
-Guards (each recorded by id in the result):
-- ``use-cache-off``: under gradient checkpointing, ``config.use_cache = False``.
-- ``zero3-reentrant-checkpointing``: ZeRO-3 with frozen base weights and non-reentrant
-  checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to ``[0]``
-  before torch checks the recompute (F1); checkpoint reentrantly instead.
-- ``input-require-grads``: under reentrant checkpointing with a frozen embedding no
-  checkpointed block's input requires grad, so the adapters inside get none (F5); make the
-  embedding output require grad.
-- ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
-  checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
-  cast fix (F2); put the root module under the same mixed-precision policy as the layers,
-  so every tensor that enters a layer has the one compute dtype.
-- ``peft-model-wrap``: a quantized HF model with an adapter added by ``add_adapter`` goes to
-  the engine as a raw HF model, whose ``.to`` transformers refuses (F3); wrap it in a
-  ``PeftModel`` instead.
-- ``bnb-cpu-no-repack``: bitsandbytes on an AVX512-BF16 CPU repacks 4-bit weights in place
-  after an eval-mode forward, after which dequantize/merge return wrong weights; turn the
-  repacking off on every ``Linear4bit``.
-- ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
-  names (F4); merge the adapters into the base (dequantizing first when quantized), load
-  strictly, and check the logits against the trained model.
+A ``Scenario`` (``repros/common/scenario.py``) describes what a user asks for (engine, adapter,
+quantization, ZeRO stage, checkpointing...). ``choose_guards`` (``repros/common/guards.py``, one
+table of workarounds) looks at the scenario and the installed versions and returns the guards
+that apply; ``train`` runs the scenario with the guards it is given and reports what happened:
+the loss per step, each adapter parameter's gradient norm per step, and how far each adapter
+weight moved. A repro's ``bug`` mode calls ``train`` with no guards (the documented
+configuration as users wrote it), its ``fixed`` mode with ``choose_guards``'s list. Whether the
+run counts as trained is judged by the orchestrator from those facts, not here.
 """
 
 from __future__ import annotations
@@ -37,158 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from typing import Any
 
-from packaging.version import Version
-
 from repros.common.context import RankContext
+from repros.common.guards import Guard, apply_guards, checkpoints_reentrantly
+from repros.common.scenario import Scenario
 from repros.common.tiny_models import fixed_batch, tiny_qwen2
-
-#: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
-#: frozen params"). Established by running F1 (see repros/f1_zero3_frozen_ckpt.py).
-DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
-#: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
-TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
-
-ENGINES = ("deepspeed", "fsdp2", "ddp")
-
-
-@dataclass(frozen=True)
-class Scenario:
-    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``) or ``ddp``.
-    engine: str = "deepspeed"
-    zero_stage: int = 3
-    bf16: bool = True
-    #: ``lora`` or ``dora`` (PEFT's ``use_dora``).
-    adapter: str = "lora"
-    #: ``peft``, or ``dschat``: DeepSpeed-Chat's own LoRA layers (``LinearLayer_LoRA``).
-    lora_impl: str = "peft"
-    #: How a PEFT adapter is attached: ``get_peft_model`` (a ``PeftModel``) or the HF
-    #: model's own ``add_adapter`` (the model stays a raw HF model).
-    peft_wrapping: str = "peft_model"
-    #: ``None``, ``nf4`` (4-bit) or ``int8`` (8-bit), through bitsandbytes.
-    quantization: str | None = None
-    gradient_checkpointing: bool = True
-    #: ``None``: call ``gradient_checkpointing_enable()`` with no arguments (the library's default).
-    use_reentrant: bool | None = False
-    use_cache: bool | None = None  # None: leave the model config's default
-    input_require_grads: bool = False
-    #: FSDP2 only: also put the root module under the layers' mixed-precision policy.
-    fsdp_root_mixed_precision: bool = False
-    #: After training, sync the weights into an inference target (F4).
-    sync_weights: bool = False
-    merge_before_sync: bool = False
-    #: ZeRO-3 only: DeepSpeed's ``stage3_param_persistence_threshold`` (``None``: its default,
-    #: 1e5 elements, which keeps every parameter of a tiny model whole; 0 partitions them all).
-    zero3_persistence_threshold: int | None = None
-    bnb_no_repack: bool = False
-    lora_r: int = 8
-    lora_alpha: int = 16
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
-    learning_rate: float = 1e-2
-    batch_size: int = 2
-    seq_len: int = 16
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; known: {ENGINES}")
-
-
-@dataclass(frozen=True)
-class Guard:
-    id: str
-    reason: str
-
-
-def _version(package: str) -> Version | None:
-    try:
-        return Version(metadata.version(package))
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def checkpoints_reentrantly(scenario: Scenario) -> bool:
-    """Whether the scenario's checkpointing is reentrant, the library default resolved."""
-    if not scenario.gradient_checkpointing:
-        return False
-    if scenario.use_reentrant is not None:
-        return scenario.use_reentrant
-    transformers = _version("transformers")
-    return transformers is None or transformers < TRANSFORMERS_NON_REENTRANT_DEFAULT
-
-
-def choose_guards(scenario: Scenario) -> list[Guard]:
-    guards: list[Guard] = []
-    if scenario.gradient_checkpointing and scenario.use_cache is not False:
-        guards.append(Guard("use-cache-off", "KV cache is useless and harmful under gradient checkpointing"))
-    deepspeed = _version("deepspeed")
-    reentrant = checkpoints_reentrantly(scenario)
-    if (
-        scenario.engine == "deepspeed"
-        and scenario.zero_stage == 3
-        and scenario.gradient_checkpointing
-        and not reentrant
-        and deepspeed is not None
-        and deepspeed < DEEPSPEED_Z3_FROZEN_CKPT_FIX
-    ):
-        guards.append(
-            Guard(
-                "zero3-reentrant-checkpointing",
-                f"deepspeed {deepspeed} < {DEEPSPEED_Z3_FROZEN_CKPT_FIX} re-partitions frozen weights "
-                "during non-reentrant recompute (F1, DeepSpeed PR #8148)",
-            )
-        )
-        reentrant = True
-    if scenario.gradient_checkpointing and reentrant and not scenario.input_require_grads:
-        guards.append(
-            Guard(
-                "input-require-grads", "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)"
-            )
-        )
-    if scenario.engine == "fsdp2" and scenario.bf16 and not scenario.fsdp_root_mixed_precision:
-        guards.append(
-            Guard(
-                "fsdp-uniform-dtypes",
-                "float32 tensors entering a checkpointed bf16 FSDP layer may be recomputed in another dtype (F2)",
-            )
-        )
-    if scenario.quantization and scenario.peft_wrapping != "peft_model":
-        guards.append(
-            Guard(
-                "peft-model-wrap", "engines call .to on a raw HF model, which transformers refuses when quantized (F3)"
-            )
-        )
-    if scenario.quantization == "nf4" and not scenario.bnb_no_repack:
-        guards.append(
-            Guard("bnb-cpu-no-repack", "bitsandbytes' CPU repacking of 4-bit weights corrupts dequantize/merge")
-        )
-    if scenario.sync_weights and not scenario.merge_before_sync:
-        guards.append(
-            Guard(
-                "merge-before-sync", "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)"
-            )
-        )
-    return guards
-
-
-def apply_guards(scenario: Scenario, guards: list[Guard]) -> Scenario:
-    changes: dict[str, Any] = {}
-    for guard in guards:
-        changes.update(_GUARD_EFFECTS[guard.id])
-    return replace(scenario, **changes)
-
-
-_GUARD_EFFECTS: dict[str, dict[str, Any]] = {
-    "use-cache-off": {"use_cache": False},
-    "zero3-reentrant-checkpointing": {"use_reentrant": True},
-    "input-require-grads": {"input_require_grads": True},
-    "fsdp-uniform-dtypes": {"fsdp_root_mixed_precision": True},
-    "peft-model-wrap": {"peft_wrapping": "peft_model"},
-    "bnb-cpu-no-repack": {"bnb_no_repack": True},
-    "merge-before-sync": {"merge_before_sync": True},
-}
-
 
 # --------------------------------------------------------------------------- the model
 
@@ -431,18 +263,19 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
     losses: list[float] = []
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
     engine.wrapped.train()
+    ctx.meters.training_begins()
     for _ in range(ctx.steps):
-        ctx.clock.resume()
+        ctx.meters.resume()
         loss = engine.forward(batch)
         engine.backward(loss)
-        ctx.clock.pause()
+        ctx.meters.pause()
         # Gradient probes are collectives under ZeRO and FSDP: every rank takes them, untimed.
         for name, param in adapters:
             grad_norms[name].append(engine.full_grad_norm(param))
-        ctx.clock.resume()
+        ctx.meters.resume()
         engine.step()
-        ctx.clock.pause()
-        ctx.clock.end_step()
+        ctx.meters.pause()
+        ctx.meters.end_step()
         losses.append(float(loss.detach().float()))
     after = {name: engine.full_param(p) for name, p in adapters}
 

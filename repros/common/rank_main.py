@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from repros.common.context import RankContext, StepClock, installed_versions
+from repros.common.context import Meters, RankContext, installed_versions
 from repros.common.loading import load_repro_module
 from repros.common.record import ScenarioUnavailable, rank_log_path, write_rank_record
 
@@ -132,10 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             steps=spec.steps,
             warmup_steps=spec.warmup_steps,
             mode=args.mode,
-            clock=StepClock(device.type),
+            meters=Meters.for_device(device),
         )
         record["phase"] = "run"
-        ctx.reset_peak_memory()
         module.run(ctx)
         record["status"] = "ok"
     except ScenarioUnavailable as exc:
@@ -153,14 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
     finally:
         if ctx is not None:
-            peak, kind = ctx.peak_memory()
-            record.update(
-                peak_mem_bytes=peak,
-                peak_mem_kind=kind,
-                step_times_s=ctx.clock.step_times_s,
-                warmup_steps=ctx.warmup_steps,
-                **ctx.facts,
-            )
+            record.update(measures=ctx.meters.results(), warmup_steps=ctx.warmup_steps, **ctx.facts)
         record["wall_s"] = time.perf_counter() - started
         record["finished_at"] = _now()
         write_rank_record(item_dir, rank, record)

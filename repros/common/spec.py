@@ -12,9 +12,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repros.common.outcomes import BY_MODE
+
 #: Modes a repro can run in. ``bug`` runs the documented configuration, ``fixed``
 #: runs the fixed trainer on the same scenario.
 MODES = ("bug", "fixed")
+#: Devices an expectation can be limited to (a rank's ``device.type``).
+DEVICES = ("cpu", "cuda")
+#: What a repro id may look like: it names directories and files of a run, so no path parts.
+REPRO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: The most ranks a repro may ask for.
+MAX_WORLD_SIZE = 1024
 
 #: A check on the full text of an exception message; True when the text shows
 #: the documented symptom.
@@ -60,6 +68,8 @@ class Expectation:
 
     ``when`` maps package names to PEP 440 specifier strings that the cell's
     resolved versions must all satisfy (an empty mapping holds everywhere).
+    ``device``, where given, limits it to ranks on that device type (``cpu`` or
+    ``cuda``): what a CPU cannot run may well reproduce on a GPU runner.
     ``established_by`` is the command whose run established the range. The first
     expectation of a mode that holds is the one used. Expectations are only
     compared with observations after the fact; they never decide an outcome.
@@ -70,6 +80,7 @@ class Expectation:
     when: Mapping[str, str] = field(default_factory=dict)
     established_by: str = ""
     note: str = ""
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,12 +99,33 @@ class ReproSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
+        """Refuse what would misreport or write outside a run's directory: a path in the id,
+        a world size that launches no rank, an expectation no mode can observe."""
+        if not isinstance(self.id, str) or not REPRO_ID.match(self.id):
+            raise ValueError(
+                f"repro id {self.id!r} is not allowed: use up to 64 letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit (it names the item's directory)"
+            )
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
             raise ValueError(f"{self.id}: unknown modes {unknown}; known: {MODES}")
+        if self.world_size is not None and (
+            not isinstance(self.world_size, int) or isinstance(self.world_size, bool)
+            or not 1 <= self.world_size <= MAX_WORLD_SIZE
+        ):
+            raise ValueError(f"{self.id}: world_size {self.world_size!r} must be a whole number from 1 to {MAX_WORLD_SIZE}")
         for exp in self.expectations:
             if exp.mode not in self.modes:
                 raise ValueError(f"{self.id}: expectation for mode {exp.mode!r} it does not run")
+            if exp.outcome not in BY_MODE[exp.mode]:
+                raise ValueError(
+                    f"{self.id}: {exp.mode} mode cannot observe {exp.outcome!r}; "
+                    f"use one of {', '.join(BY_MODE[exp.mode])}"
+                )
+            if exp.device is not None and exp.device not in DEVICES:
+                raise ValueError(f"{self.id}: expectation device {exp.device!r} is not one of {DEVICES}")
+        if not isinstance(self.steps, int) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"{self.id}: steps and warmup_steps must be whole numbers, warmup_steps >= 0")
         if self.steps <= self.warmup_steps:
             raise ValueError(f"{self.id}: steps must exceed warmup_steps")
 

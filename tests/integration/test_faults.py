@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness.results import read_results
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,7 @@ def fault_matrix(tmp: Path) -> Path:
     matrix = {
         "version": 1,
         "defaults": {**shipped["defaults"], "timeout_s": TIMEOUT_S},
+        "lanes": {"faults": "the fault suite"},
         "cells": {"faults": {"lanes": ["faults"]}},
     }
     path = tmp / "faults.yaml"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from harness.results import read_results
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.launch import LaunchResult
+from harness.launchers.result import LaunchResult
 
 
 def error_record(

@@ -11,10 +11,10 @@ from rich.console import Console
 
 from harness import bisect as bisect_mod
 from harness.bisect import BisectOptions, DateAxis, execute_bisect
-from harness.environments import Environment
+from harness.environments import Environment, Resolved
 from harness.matrix import load_matrix
 from harness.repro_registry import discover
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 from repros.common.spec import MODES
 
 FIRST_BAD_DAY = dt.date(2026, 3, 10)
@@ -54,22 +54,20 @@ def test_by_date_bisect_names_the_day_and_the_changed_package(
 ) -> None:
     resolver = FakeResolver()
     runs: list[dict[str, str]] = []
-    monkeypatch.setattr(bisect_mod, "UvEnvironments", lambda cache, index: resolver)
-    monkeypatch.setattr(bisect_mod, "pip_index_config", lambda: None)
 
-    def fake_env(cell: Any, builder: Any, cache_dir: Path) -> Environment:
-        return Environment(
-            key=cell.name,
-            python="py",
-            python_version="3.11.7",
-            packages={k: v.lstrip("=") for k, v in cell.packages.items()},
-            path="/e",
-            extensions_dir="/x",
-            reused=False,
-            build_s=1.0,
-        )
+    class FakeEnvironments:
+        """Resolution by the fake resolver; every cell's environment made up from its pins."""
 
-    def fake_observe(*, env: Environment, item: Any, **_: Any) -> dict[str, Any]:
+        def __init__(self, cache_dir: Path) -> None:
+            self.uv = resolver
+
+        def for_cell(self, cell: Any) -> Resolved:
+            packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
+            return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", False, 1.0))
+
+    def fake_observe(*, resolved: Resolved, item: Any, **_: Any) -> dict[str, Any]:
+        env = resolved.env
+        assert env is not None
         runs.append(env.packages)
         reproduced = env.packages["deepspeed"] == "0.19.2"
         return {
@@ -78,7 +76,7 @@ def test_by_date_bisect_names_the_day_and_the_changed_package(
             "env": {"reused": False, "build_s": 1},
         }
 
-    monkeypatch.setattr(bisect_mod, "environment_for", fake_env)
+    monkeypatch.setattr(bisect_mod, "Environments", FakeEnvironments)
     monkeypatch.setattr(bisect_mod, "observe_item", fake_observe)
     discovery = discover()
     matrix = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discovery.repros.keys(), known_modes=MODES)

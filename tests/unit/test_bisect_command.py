@@ -14,7 +14,9 @@ from harness.errors import UserError
 from harness.matrix import load_matrix
 from harness.package_versions import between, parse_available
 from harness.repro_registry import discover
-from harness.runner import REPO_ROOT, pinned_cell, run_command
+from harness.planning import pinned_cell
+from harness.rerun import run_command
+from tests.paths import REPO_ROOT
 from repros.common.spec import MODES
 
 BAD = ("REPRODUCED", "F1.recompute-shape-0")

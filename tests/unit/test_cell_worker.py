@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cell_worker import CellWorker, WorkerGone, WorkerPool
+from harness.launchers.cell_worker import CellWorker, WorkerGone, WorkerPool
 from harness.environments import Environment
+from harness.launchers import LaunchRequest
 from harness.process_sweep import TOKEN_VARIABLE, processes_in_session
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 from repros.common.cell_server import fork_hazards
 from tests.fake_stack import this_interpreter
 
@@ -30,9 +31,20 @@ def _env(tmp_path: Path) -> Environment:
     return this_interpreter("stand-in", tmp_path / "ext")
 
 
+def item(env: Environment, behaviour: str, world_size: int, item_dir: Path, timeout_s: float) -> LaunchRequest:
+    """An item for the stand-in rank entry: ``behaviour`` in place of a repro module."""
+    return LaunchRequest(env, behaviour, "bug", world_size, item_dir, timeout_s, cell="stand-in")
+
+
+@pytest.fixture(autouse=True)
+def stand_in_ranks_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stand-in rank entry lives in tests/: the passthrough cell keeps the caller's PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+
+
 @pytest.fixture
 def worker(tmp_path: Path):
-    w = CellWorker(_env(tmp_path), REPO_ROOT, tmp_path / "worker.log", server_args=SERVER_ARGS)
+    w = CellWorker(_env(tmp_path), tmp_path / "worker.log", server_args=SERVER_ARGS)
     w.start()
     yield w
     w.close()
@@ -47,8 +59,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_each_item_gets_fresh_ranks_with_torchruns_environment_in_a_session_of_its_own(worker, tmp_path) -> None:
-    first = worker.launch("env", "bug", 2, tmp_path / "a", timeout_s=30)
-    second = worker.launch("env", "bug", 2, tmp_path / "b", timeout_s=30)
+    first = worker.launch(item(worker.env, "env", 2, tmp_path / "a", 30))
+    second = worker.launch(item(worker.env, "env", 2, tmp_path / "b", 30))
     assert first.launcher == "worker" and first.returncode == 0 and not first.timed_out
     ranks = [first.records[0], first.records[1]]
     assert [r["env"]["RANK"] for r in ranks] == ["0", "1"]
@@ -66,52 +78,52 @@ def test_each_item_gets_fresh_ranks_with_torchruns_environment_in_a_session_of_i
 
 def test_a_killed_rank_is_named_its_peer_is_stopped_and_the_next_item_is_untouched(worker, tmp_path) -> None:
     started = time.perf_counter()
-    crashed = worker.launch("kill1", "bug", 2, tmp_path / "a", timeout_s=60)
+    crashed = worker.launch(item(worker.env, "kill1", 2, tmp_path / "a", 60))
     assert crashed.rank_exitcodes == {1: -signal.SIGKILL}  # rank 0, stopped by the leader, is not blamed
     assert crashed.returncode == 1 and time.perf_counter() - started < 30
-    after = worker.launch("ok", "bug", 2, tmp_path / "b", timeout_s=30)
+    after = worker.launch(item(worker.env, "ok", 2, tmp_path / "b", 30))
     assert after.returncode == 0 and [r["status"] for r in after.records.values()] == ["ok", "ok"]
     assert worker.alive
 
 
 def test_a_failing_rank_ends_the_item_at_once(worker, tmp_path) -> None:
     started = time.perf_counter()
-    failed = worker.launch("raise", "bug", 2, tmp_path / "a", timeout_s=60)
+    failed = worker.launch(item(worker.env, "raise", 2, tmp_path / "a", 60))
     assert failed.rank_exitcodes == {0: 1} and failed.records[0]["status"] == "error"
     assert time.perf_counter() - started < 30
 
 
 def test_a_hung_item_is_killed_at_its_timeout_with_every_process_it_started(worker, tmp_path) -> None:
-    hung = worker.launch("hang", "bug", 2, tmp_path / "a", timeout_s=3)
+    hung = worker.launch(item(worker.env, "hang", 2, tmp_path / "a", 3))
     assert hung.timed_out and hung.returncode is None
     session = hung.records[0]["session"]
     children = [hung.records[r].get("child") for r in (0, 1)]
     assert all(children)
     assert processes_in_session(session) == []
     assert not any(_alive(pid) for pid in children)
-    assert worker.alive and worker.launch("ok", "bug", 1, tmp_path / "b", timeout_s=30).returncode == 0
+    assert worker.alive and worker.launch(item(worker.env, "ok", 1, tmp_path / "b", 30)).returncode == 0
 
 
 def test_a_worker_that_dies_mid_item_is_replaced(tmp_path) -> None:
-    pool = WorkerPool(REPO_ROOT, tmp_path / "workers", server_args=SERVER_ARGS)
+    pool = WorkerPool(tmp_path / "workers", server_args=SERVER_ARGS)
     env = _env(tmp_path)
     try:
         worker = pool.get(env, "cell")
         assert worker is not None
         first_pid = worker.info.pid
         threading.Timer(1.0, lambda: os.kill(first_pid, signal.SIGKILL)).start()
-        result = worker.launch("hang", "bug", 2, tmp_path / "a", timeout_s=60)
+        result = worker.launch(item(worker.env, "hang", 2, tmp_path / "a", 60))
         assert not result.timed_out and "worker died" in result.launcher_tail
         assert processes_in_session(result.records[0]["session"]) == []
         replacement = pool.get(env, "cell")
         assert replacement is not None and replacement.info.pid != first_pid
-        assert replacement.launch("ok", "bug", 2, tmp_path / "b", timeout_s=30).returncode == 0
+        assert replacement.launch(item(replacement.env, "ok", 2, tmp_path / "b", 30)).returncode == 0
     finally:
         pool.close()
 
 
 def test_a_worker_that_cannot_start_leaves_its_cell_to_torchrun_saying_why(tmp_path) -> None:
-    pool = WorkerPool(REPO_ROOT, tmp_path / "workers", server_args=("--no-such-option",))
+    pool = WorkerPool(tmp_path / "workers", server_args=("--no-such-option",))
     env = _env(tmp_path)
     assert pool.get(env, "cell") is None
     assert "exited before it was ready" in pool.reason(env) and "--no-such-option" in pool.reason(env)
@@ -130,7 +142,7 @@ def test_threads_running_at_fork_time_are_a_hazard() -> None:
 
 
 def test_the_pool_closes_the_least_recently_used_idle_workers(tmp_path) -> None:
-    pool = WorkerPool(REPO_ROOT, tmp_path / "workers", server_args=SERVER_ARGS, max_idle=1)  # one live at a time
+    pool = WorkerPool(tmp_path / "workers", server_args=SERVER_ARGS, max_idle=1)  # one live at a time
     envs = [replace(_env(tmp_path), key=f"cell{i}") for i in range(3)]
     try:
         workers = [pool.get(env, env.key) for env in envs]
@@ -138,7 +150,7 @@ def test_the_pool_closes_the_least_recently_used_idle_workers(tmp_path) -> None:
         assert [w.alive for w in workers] == [False, False, True]
         again = pool.get(envs[0], "cell0")  # started anew; the idle one is closed to stay within one
         assert again is not None and again.alive and again is not workers[0] and not workers[2].alive
-        assert again.launch("ok", "bug", 1, tmp_path / "a", timeout_s=30).returncode == 0
+        assert again.launch(item(again.env, "ok", 1, tmp_path / "a", 30)).returncode == 0
     finally:
         pool.close()
 
@@ -146,7 +158,7 @@ def test_the_pool_closes_the_least_recently_used_idle_workers(tmp_path) -> None:
 def test_an_item_sent_to_a_closed_worker_is_refused_before_anything_runs(worker, tmp_path) -> None:
     worker.close()
     with pytest.raises(WorkerGone):
-        worker.launch("ok", "bug", 1, tmp_path / "a", timeout_s=30)
+        worker.launch(item(worker.env, "ok", 1, tmp_path / "a", 30))
     assert not (tmp_path / "a" / "rank0.json").exists()
 
 
@@ -154,7 +166,7 @@ def test_a_stale_build_lock_is_cleared_when_the_worker_starts_and_recorded(tmp_p
     lock = tmp_path / "ext" / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir(parents=True)
     lock.write_text("")
-    worker = CellWorker(_env(tmp_path), REPO_ROOT, tmp_path / "worker.log", server_args=SERVER_ARGS)
+    worker = CellWorker(_env(tmp_path), tmp_path / "worker.log", server_args=SERVER_ARGS)
     try:
         info = worker.start()
         assert info.stale_build_locks_removed == [str(lock)] and not lock.exists()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.launch import LaunchResult
+from harness.launchers.result import LaunchResult
 from harness.outcome import classify, judge_training
 from repros.common.signatures import metadata_mismatches, recomputed_shapes_are_empty
 from repros.f1_zero3_frozen_ckpt import SPEC as F1

@@ -22,7 +22,7 @@ from harness.compare import (
     markdown,
 )
 from harness.results import ResultsWriter
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 MIB = 2**20
 
@@ -39,6 +39,7 @@ def rec(
     **extra: Any,
 ) -> dict[str, Any]:
     return {
+        "schema_version": 1,
         "cell": cell,
         "repro": "F1",
         "mode": mode,
@@ -145,4 +146,4 @@ def test_cli_exits_1_only_on_a_new_regression(tmp_path: Path) -> None:
         text=True,
         cwd=REPO_ROOT,
     )
-    assert proc.returncode == 2 and "no results file" in proc.stderr
+    assert proc.returncode == 2 and "nope: is not a directory" in proc.stderr

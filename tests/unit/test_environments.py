@@ -11,14 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.environments import (
-    READY_MARKER,
-    Environment,
-    EnvironmentUnavailable,
-    EnvRequest,
-    UvEnvironments,
-    extensions_dir_for,
-)
+from harness.environments import Environment, EnvironmentUnavailable, EnvRequest, UvEnvironments
+from harness.environments.uv import READY_MARKER, extensions_dir_for
 from harness.package_index import IndexConfig, parse_pip_config_list
 
 PIP_CONFIG_LIST = """\

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.launch import LaunchResult
+from harness.launchers.result import LaunchResult
 from harness.outcome import DIFFERENT_ERROR, REPRODUCED, classify
 from repros.common.signatures import recomputed_dtype_float32_bfloat16
 from repros.common.silent_failures import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.gpu_lease import lease, visible_gpus
-from harness.launch import torchrun_command
+from harness.launchers.torchrun import torchrun_command
 
 
 def test_visible_gpus_follow_cuda_visible_devices() -> None:

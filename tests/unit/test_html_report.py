@@ -11,8 +11,15 @@ from pathlib import Path
 
 from harness.guard_cost import guard_costs
 from harness.history import load_history
-from harness.html_report import REPORT_FILE, render_report, write_report
+from harness import html_report
+from harness.finalize import FinishedRun
+from harness.html_report import REPORT_FILE, render_report
+from harness.run_dir import RunDir
 from tests.unit.report_fixture import EXCLUDED, HOSTILE, MIB, records, write_reports
+
+
+def write_report(run_dir: Path) -> Path:
+    return html_report.write(FinishedRun.load(RunDir(run_dir)))
 
 
 class Tags(HTMLParser):

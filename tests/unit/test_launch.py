@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from harness.environments import Environment
-from harness.launch import launch_item
+from harness.launchers import LaunchRequest
+from harness.launchers.torchrun import launch_item
 from harness.outcome import classify
-from harness.runner import REPO_ROOT
 from repros.f1_zero3_frozen_ckpt import SPEC as F1
 from tests.fake_stack import this_interpreter
 
@@ -85,7 +85,7 @@ def test_timeout_kills_every_rank_and_their_children(
 ) -> None:
     monkeypatch.setenv("FAKE_BEHAVIOUR", "hang")
     started = time.perf_counter()
-    result = launch_item(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 2, tmp_path / "item", 4.0, REPO_ROOT)
+    result = launch_item(LaunchRequest(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 2, tmp_path / "item", 4.0))
     assert result.timed_out and time.perf_counter() - started < 20
     pids, workers = [], []
     for rank in (0, 1):
@@ -103,7 +103,7 @@ def test_a_clean_launch_collects_every_rank_record(
     fake_env: Environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
-    result = launch_item(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 3, tmp_path / "item", 60.0, REPO_ROOT)
+    result = launch_item(LaunchRequest(fake_env, "repros.f1_zero3_frozen_ckpt", "bug", 3, tmp_path / "item", 60.0))
     assert not result.timed_out and result.returncode == 0
     assert sorted(result.records) == [0, 1, 2] and all(r["status"] == "ok" for r in result.records.values())
     assert classify("bug", F1, result).outcome == "NOT_REPRODUCED"
@@ -112,7 +112,7 @@ def test_a_clean_launch_collects_every_rank_record(
 def test_a_stale_jit_build_lock_is_cleared_only_when_nobody_uses_the_directory(tmp_path: Path) -> None:
     import fcntl
 
-    from harness.launch import IN_USE_FILE, extensions_in_use
+    from harness.launchers.supervision import IN_USE_FILE, extensions_in_use
 
     baton = tmp_path / "deepspeed_shm_comm" / "lock"
     baton.parent.mkdir(parents=True)

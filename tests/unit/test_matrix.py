@@ -12,7 +12,7 @@ import pytest
 from harness.errors import UserError
 from harness.matrix import load_matrix
 from harness.repro_registry import discover
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 from repros.common.spec import MODES
 
 REPROS = ("F1", "F5")
@@ -108,6 +108,9 @@ def test_empty_specifier_is_refused(tmp_path: Path) -> None:
 def test_unknown_lane_in_a_cell(tmp_path: Path) -> None:
     err = error_for(tmp_path, GOOD.replace("lanes: [fast, slow]", "lanes: [fast, nightyl]"))
     assert err.field == "cells.beta.lanes[1]" and "nightyl" in err.problem and "fast" in err.fix
+    # Lanes must be declared even where the matrix declares none at all: a typo is not a new lane.
+    undeclared = error_for(tmp_path, GOOD.replace('lanes: {fast: "quick", slow: ""}\n', ""))
+    assert undeclared.field == "cells.alpha.lanes[0]" and "declare it under 'lanes:'" in undeclared.fix
 
 
 def test_unknown_lane_requested(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 PROBE = """
 import sys
-import harness.cli, harness.runner
+import harness.cli, harness.pipeline, harness.pytest_plugin
 from harness.repro_registry import discover
 found = discover()
 assert found.repros, "no repros discovered"

@@ -17,7 +17,7 @@ import pytest
 from junitparser import JUnitXml
 
 from harness.results import read_results
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests import fake_stack
 
 OBSERVED = ("cell", "repro", "mode", "outcome", "signature", "expected", "matched", "versions", "world_size", "error",

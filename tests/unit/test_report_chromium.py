@@ -13,9 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.html_report import write_report
-from harness.runner import REPO_ROOT
+from harness import html_report
+from harness.finalize import FinishedRun
+from harness.run_dir import RunDir
+from tests.paths import REPO_ROOT
 from tests.unit.report_fixture import records, write_reports, write_run
+
+
+def write_report(run_dir: Path) -> Path:
+    return html_report.write(FinishedRun.load(RunDir(run_dir)))
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO_ROOT / "reports" / "test-artifacts"

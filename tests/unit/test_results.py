@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.environments import Environment
+from harness.errors import UserError
 from harness.expectations import expectation_for
-from harness.launch import LaunchResult
-from harness.metrics import peak_memory, step_time_summary
+from harness.launchers.result import LaunchResult
+from harness.metrics import max_over_ranks, slowest_rank_per_step, summarise
 from harness.outcome import Observation
-from harness.results import ItemId, ResultsWriter, item_record, read_results
+from harness.records import ItemId, item_record, parse_record
+from harness.results import ResultsWriter, read_results
+from repros.common.outcomes import Outcome
 from repros.f1_zero3_frozen_ckpt import SPEC as F1
 
 DESIGN_FIELDS = {
@@ -53,17 +58,18 @@ def rec(rank: int, steps: list[float], peak: int) -> dict:
         "status": "ok",
         "device": "cpu",
         "backend": "gloo",
-        "step_times_s": steps,
         "warmup_steps": 1,
-        "peak_mem_bytes": peak,
-        "peak_mem_kind": "cpu_peak_rss",
+        "measures": {
+            "step_time": {"kind": "wall", "per_step": steps},
+            "peak_mem": {"kind": "cpu_peak_rss", "value": peak},
+        },
         "guards": [{"id": "use-cache-off", "reason": ""}],
         "train": {"losses": [2.0, 1.0]},
     }
 
 
 def test_step_time_takes_the_slowest_rank_per_step_after_warm_up() -> None:
-    summary = step_time_summary([rec(0, [9.0, 0.1, 0.3, 0.2], 1), rec(1, [8.0, 0.2, 0.1, 0.4], 1)])
+    summary = slowest_rank_per_step([rec(0, [9.0, 0.1, 0.3, 0.2], 1), rec(1, [8.0, 0.2, 0.1, 0.4], 1)], "step_time")
     # per-step maxima after warm-up: 0.2, 0.3, 0.4
     assert summary["n"] == 3
     assert abs(summary["median"] - 0.3) < 1e-9 and summary["min"] == 0.2 and summary["max"] == 0.4
@@ -71,13 +77,16 @@ def test_step_time_takes_the_slowest_rank_per_step_after_warm_up() -> None:
 
 
 def test_no_steps_gives_no_step_time() -> None:
-    assert step_time_summary([{"rank": 0, "step_times_s": [], "warmup_steps": 1}]) is None
-    assert step_time_summary([{"rank": 0, "step_times_s": [0.5], "warmup_steps": 1}]) is None
+    assert slowest_rank_per_step([rec(0, [], 1)], "step_time") is None
+    assert slowest_rank_per_step([rec(0, [0.5], 1)], "step_time") is None
+    assert summarise([])["step_time_s"] is None
 
 
 def test_peak_memory_is_the_maximum_over_ranks() -> None:
-    peak, kind, per_rank = peak_memory([rec(0, [], 100), rec(1, [], 300)])
+    peak, kind, per_rank = max_over_ranks([rec(0, [], 100), rec(1, [], 300)], "peak_mem")
     assert (peak, kind, per_rank) == (300, "cpu_peak_rss", {0: 100, 1: 300})
+    fields = summarise([rec(0, [], 100), rec(1, [], 300)])
+    assert fields["peak_mem_bytes"] == 300 and fields["peak_mem_bytes_per_rank"] == {"0": 100, "1": 300}
 
 
 def test_expectations_follow_resolved_versions_including_local_labels() -> None:
@@ -102,7 +111,7 @@ def _item(outcome: str, deepspeed: str) -> dict:
     return item_record(
         run_id="r",
         item=ItemId("c", "F1", "bug"),
-        observation=Observation(outcome),
+        observation=Observation(Outcome(outcome)),
         env=e,
         expected=expectation_for(F1, "bug", e.packages),
         launch=launch,
@@ -129,11 +138,47 @@ def test_an_unexpected_observation_does_not_match() -> None:
     assert _item("REPRODUCED", "0.19.8")["matched"] is False
 
 
+def record_line(n: int) -> dict:
+    return {"schema_version": 1, "cell": "c", "repro": "F1", "mode": "bug", "outcome": "PASS", "n": n}
+
+
 def test_results_file_keeps_whole_lines_and_ignores_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     with ResultsWriter(path) as writer:
-        writer.append({"a": 1})
-        writer.append({"a": 2})
+        writer.append(record_line(1))
+        writer.append(record_line(2))
     with open(path, "a") as fh:
-        fh.write('{"a": 3, "tor')
-    assert read_results(path) == [{"a": 1}, {"a": 2}]
+        fh.write('{"schema_version": 1, "tor')
+    assert [r["n"] for r in read_results(path)] == [1, 2]
+
+
+def test_a_torn_last_line_is_set_aside_before_anything_is_appended(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    with ResultsWriter(path) as writer:
+        writer.append(record_line(1))
+    with open(path, "a") as fh:
+        fh.write('{"schema_version": 1, "cell": "c", "tor')
+    with ResultsWriter(path) as writer:
+        assert writer.repaired == '{"schema_version": 1, "cell": "c", "tor'
+        writer.append(record_line(2))
+    # Without the repair the second record would have been glued onto the fragment and lost.
+    assert [r["n"] for r in read_results(path)] == [1, 2]
+    assert (tmp_path / "results.jsonl.torn").read_text().startswith('{"schema_version": 1, "cell": "c", "tor')
+
+
+def test_lines_that_are_not_records_are_refused_with_the_line_number(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(record_line(1)) + "\n[1, 2]\n" + json.dumps(record_line(3)) + "\n")
+    with pytest.raises(UserError, match="line 2: is a JSON list, not a record"):
+        read_results(path)
+    path.write_text(json.dumps({**record_line(1), "schema_version": 99}) + "\n")
+    with pytest.raises(UserError, match="schema_version 99"):
+        read_results(path)
+    path.write_bytes(b"\xff\xfe binary\n" + json.dumps(record_line(2)).encode() + b"\n")
+    with pytest.raises(UserError, match="line 1: is not UTF-8"):
+        read_results(path)
+
+
+def test_a_record_missing_its_identity_is_not_a_record() -> None:
+    with pytest.raises(ValueError, match="has no cell"):
+        parse_record({"schema_version": 1, "repro": "F1", "mode": "bug", "outcome": "PASS"})

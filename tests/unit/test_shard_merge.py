@@ -14,7 +14,7 @@ import pytest
 from junitparser import JUnitXml
 
 from harness.results import read_results
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 from harness.shard import assign, durations_from, parse_shard
 from tests import fake_stack
 
@@ -61,7 +61,7 @@ def test_durations_come_from_the_newest_record_of_each_item(tmp_path: Path) -> N
         (tmp_path / run).mkdir()
         (tmp_path / run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    base = {"cell": "c", "repro": "F1", "mode": "bug"}
+    base = {"schema_version": 1, "cell": "c", "repro": "F1", "mode": "bug", "outcome": "PASS"}
     write("old", [{**base, "wall_s": 5.0, "finished_at": "2026-01-01T00:00:00"}])
     write("new", [{**base, "wall_s": 7.0, "finished_at": "2026-02-01T00:00:00"},
                   {**base, "mode": "fixed", "wall_s": 0.0, "finished_at": "2026-02-01T00:00:00"}])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 
 def _harness(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from harness.runner import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.unit.report_fixture import HOSTILE, write_reports
 
 ESC = "\x1b"

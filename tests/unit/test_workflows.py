@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cli import _parser
-from harness.runner import REPO_ROOT
+from harness.cli import parser as _parser
+from tests.paths import REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 NIGHTLY = WORKFLOWS / "nightly.yml"

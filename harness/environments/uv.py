@@ -20,7 +20,6 @@ nothing. Where it cannot be built ahead of time (no compiler, a release without 
 switch) DeepSpeed is installed plainly and compiles the op at first use, in the
 environment's own ``TORCH_EXTENSIONS_DIR``, as before.
 
-A passthrough cell uses the running interpreter as it is.
 """
 
 from __future__ import annotations
@@ -37,9 +36,12 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from harness.environments.base import Environment, EnvironmentUnavailable, EnvRequest, installer_reason
+from harness.environments.inventory import list_distributions
+from harness.matrix import Cell
 from harness.package_index import IndexConfig
 
 #: Bump when the way environments are built changes, so old ones are not reused.
@@ -53,26 +55,6 @@ READY_MARKER = "READY"
 ENV_RECORD = "env.json"
 UV_TIMEOUT_S = 1800
 
-_LIST_DISTRIBUTIONS = (
-    "import json, sys\n"
-    "from importlib import metadata\n"
-    "d = {}\n"
-    "for dist in metadata.distributions():\n"
-    "    name = (dist.metadata['Name'] or '').lower().replace('_', '-')\n"
-    "    if name: d[name] = dist.version\n"
-    "print(json.dumps({'python': '.'.join(map(str, sys.version_info[:3])), 'packages': d}))\n"
-)
-
-
-def default_cache_dir() -> Path:
-    """``$FT_REGRESS_CACHE``, else ``$XDG_CACHE_HOME/ft-regress``, else ``~/.cache/ft-regress``."""
-    explicit = os.environ.get("FT_REGRESS_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ft-regress"
-
-
 def find_uv() -> str:
     try:
         from uv import find_uv_bin
@@ -85,64 +67,6 @@ def find_uv() -> str:
     raise FileNotFoundError("uv is not installed: pip install uv")
 
 
-@dataclass(frozen=True)
-class Listing:
-    python_version: str
-    packages: dict[str, str]
-
-
-def list_distributions(python: str) -> Listing:
-    """The interpreter's version and every distribution installed for it (no imports beyond the stdlib)."""
-    out = subprocess.run([python, "-c", _LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
-    data = json.loads(out.stdout)
-    return Listing(python_version=str(data["python"]), packages=dict(data["packages"]))
-
-
-@dataclass(frozen=True)
-class EnvRequest:
-    packages: dict[str, str]
-    python: str
-    exclude_newer: str | None
-
-    def requirements(self) -> list[str]:
-        return [f"{name}{spec}" for name, spec in sorted(self.packages.items())]
-
-
-@dataclass(frozen=True)
-class Environment:
-    key: str
-    python: str
-    python_version: str
-    #: Every installed distribution and its version (normalised lower-case names).
-    packages: dict[str, str]
-    path: str | None
-    extensions_dir: str
-    reused: bool
-    build_s: float
-    passthrough: bool = False
-    #: How DeepSpeed's ops were installed: the ops prebuilt, the pair cache, the seconds it took.
-    deepspeed_ops: dict[str, object] | None = None
-
-    def version(self, package: str) -> str | None:
-        return self.packages.get(package.lower().replace("_", "-"))
-
-
-class EnvironmentUnavailable(Exception):
-    """The cell's environment could not be resolved or installed. ``reason`` is the
-    installer's own explanation, shortened to the lines that say why."""
-
-    def __init__(self, reason: str, log: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.log = log
-
-
-def _installer_reason(stderr: str) -> str:
-    lines = [ln.rstrip() for ln in stderr.splitlines() if ln.strip()]
-    keep = [ln for ln in lines if any(tag in ln for tag in ("×", "╰─▶", "error:", "Because", "hint:", "Caused by"))]
-    return "\n".join((keep or lines)[-12:]) or "the installer failed without saying why"
-
-
 def extensions_dir_for(env_dir: Path) -> Path:
     """Where an environment's JIT-compiled ops live: inside the environment itself.
 
@@ -152,11 +76,6 @@ def extensions_dir_for(env_dir: Path) -> Path:
     shm comm op, ~40 s, rebuilt whenever another environment had used the directory).
     """
     return env_dir / "torch_extensions"
-
-
-def passthrough_extensions_dir(cache_dir: Path, python: str) -> Path:
-    digest = hashlib.sha256(str(Path(python).resolve()).encode()).hexdigest()[:12]
-    return cache_dir / "torch_extensions" / f"passthrough-{digest}"
 
 
 class UvEnvironments:
@@ -189,7 +108,7 @@ class UvEnvironments:
                 check=False,
             )
             if out.returncode != 0:
-                raise EnvironmentUnavailable(f"no Python {request} on this machine: {_installer_reason(out.stderr)}")
+                raise EnvironmentUnavailable(f"no Python {request} on this machine: {installer_reason(out.stderr)}")
             path = out.stdout.strip()
             version = subprocess.run(
                 [path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
@@ -272,7 +191,7 @@ class UvEnvironments:
             )
             fh.write(out.stdout + out.stderr + f"(exit {out.returncode})\n")
         if out.returncode != 0:
-            raise EnvironmentUnavailable(_installer_reason(out.stderr), log=out.stderr)
+            raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
 
     def resolve(self, requirements: list[str], python: str, exclude_newer: str | None) -> dict[str, str]:
         """What ``requirements`` resolve to (package -> version) without installing
@@ -291,7 +210,7 @@ class UvEnvironments:
             check=False,
         )
         if out.returncode != 0:
-            raise EnvironmentUnavailable(_installer_reason(out.stderr), log=out.stderr)
+            raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
         resolved: dict[str, str] = {}
         for line in out.stdout.splitlines():
             name, sep, version = line.strip().partition("==")
@@ -390,20 +309,15 @@ def prebuilt_ops(python: str) -> list[str]:
     return []
 
 
-def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> Environment:
-    """The running interpreter, as it is: what a GPU runner with its own stack wants."""
-    listing = list_distributions(python)
-    if "torch" not in listing.packages:
-        raise EnvironmentUnavailable(f"passthrough: the running interpreter {python} has no torch installed")
-    extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(passthrough_extensions_dir(cache_dir, python))
-    return Environment(
-        key="passthrough",
-        python=python,
-        python_version=listing.python_version,
-        packages=listing.packages,
-        path=None,
-        extensions_dir=extensions,
-        reused=True,
-        build_s=0.0,
-        passthrough=True,
-    )
+
+
+class UvProvider:
+    """The default provider: one uv environment per distinct set of requirements."""
+
+    name = "uv"
+
+    def __init__(self, builder: UvEnvironments) -> None:
+        self.builder = builder
+
+    def get(self, cell: Cell) -> Environment:
+        return self.builder.get(EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer))

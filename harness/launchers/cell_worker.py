@@ -30,17 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.environments import Environment
-from harness.launch import (
-    LaunchResult,
-    collect_item,
+from harness.launchers.base import LaunchRequest
+from harness.launchers.result import LaunchResult, collect_item, read_record, tail
+from harness.launchers.supervision import (
     extensions_in_use,
     rank_environment,
-    read_record,
     signal_group,
     stop_timed_out_item,
-    tail,
     track_in_flight,
     untrack_in_flight,
+    worker_root,
 )
 from harness.process_sweep import TOKEN_VARIABLE, sweep, sweep_session
 
@@ -85,7 +84,6 @@ class CellWorker:
     def __init__(
         self,
         env: Environment,
-        repo_root: Path,
         log_path: Path,
         ready_timeout_s: float = READY_TIMEOUT_S,
         server_args: tuple[str, ...] = (),
@@ -93,7 +91,6 @@ class CellWorker:
         """``server_args``: more arguments for the server (``--preload``, ``--rank-entry``: tests)."""
         self.server_args = server_args
         self.env = env
-        self.repo_root = repo_root
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
         self.info: WorkerInfo | None = None
@@ -119,13 +116,13 @@ class CellWorker:
         # as long as it lives: hold it like a launch does.
         stale_locks = self._held.enter_context(extensions_in_use(Path(self.env.extensions_dir)))
         read_end, write_end = os.pipe()
-        environment = rank_environment(self.env, 1, self.repo_root)
+        environment = rank_environment(self.env, 1)
         # torch.cuda.is_available() through NVML: it must not initialise CUDA before a fork.
         environment["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 [self.env.python, "-m", "repros.common.cell_server", "--reply-fd", str(write_end), *self.server_args],
-                cwd=self.repo_root,
+                cwd=worker_root(),
                 env=environment,
                 stdin=subprocess.PIPE,
                 stdout=log,
@@ -210,15 +207,9 @@ class CellWorker:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
 
-    def launch(
-        self,
-        module: str,
-        mode: str,
-        world_size: int,
-        item_dir: Path,
-        timeout_s: float,
-        extra_env: dict[str, str] | None = None,
-    ) -> LaunchResult:
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        module, mode, world_size = request.module, request.mode, request.world_size
+        item_dir, timeout_s = request.item_dir, request.timeout_s
         item_dir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(8)
         request_id = token
@@ -233,7 +224,7 @@ class CellWorker:
             "world_size": world_size,
             "item_dir": str(item_dir),
             # What differs per item from the worker's own environment.
-            "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size), **(extra_env or {})},
+            "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size), **request.extra_env},
         }
         command = [self.env.python, "-m", "repros.common.cell_server", f"(worker pid {self.info.pid if self.info else '?'})"]
         command += ["--module", module, "--mode", mode, "--item-dir", str(item_dir), "--world-size", str(world_size)]
@@ -325,10 +316,7 @@ class WorkerPool:
     """One worker per environment, started on first use and restarted after a death; beyond
     ``max_idle`` live workers, the least recently used idle ones are closed."""
 
-    def __init__(
-        self, repo_root: Path, log_dir: Path, server_args: tuple[str, ...] = (), max_idle: int = MAX_IDLE_WORKERS
-    ) -> None:
-        self.repo_root = repo_root
+    def __init__(self, log_dir: Path, server_args: tuple[str, ...] = (), max_idle: int = MAX_IDLE_WORKERS) -> None:
         self.log_dir = log_dir
         self.server_args = server_args
         self.max_idle = max_idle
@@ -349,7 +337,7 @@ class WorkerPool:
                 return None
             if worker is not None:
                 worker.close()
-            worker = CellWorker(env, self.repo_root, self.log_dir / f"worker-{name}.log", server_args=self.server_args)
+            worker = CellWorker(env, self.log_dir / f"worker-{name}.log", server_args=self.server_args)
             self._close_idle(keep=key)
             try:
                 worker.start()

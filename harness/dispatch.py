@@ -1,0 +1,97 @@
+"""Run planned items on threads, as many at once as ``--jobs`` and the machine's free cores,
+memory and GPUs allow (``scheduler.Slots``); record each on the main thread as it finishes.
+A cell's launcher resources (its pre-imported worker) are released once its last item is done."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from harness.environments import Environment, Resolved
+from harness.launchers import Launcher, kill_in_flight
+from harness.observe import observe_item
+from harness.planning import PlannedItem, RunOptions
+from harness.records import ItemRecord
+from harness.rerun import repro_command
+from harness.run_dir import RunDir
+from harness.scheduler import Demand, Machine, Slots
+
+
+class Dispatch:
+    def __init__(
+        self,
+        opts: RunOptions,
+        run_id: str,
+        run_dir: RunDir,
+        launcher: Launcher,
+        on_record: Callable[[ItemRecord], None],
+        on_progress: Callable[[int], None] = lambda running: None,
+    ) -> None:
+        self.opts = opts
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.launcher = launcher
+        self.on_record = on_record
+        self.on_progress = on_progress
+        self.machine = Machine.detect()
+        self.slots = Slots(self.machine, opts.jobs)
+        self.stop = threading.Event()
+        self.pending: set[Future[ItemRecord | None]] = set()
+        self.left_in_cell: dict[str, int] = {}
+        self.env_of_cell: dict[str, Environment] = {}
+        threads = opts.jobs or self.machine.cpus
+        self.executor = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="item")
+
+    def submit(self, items: list[PlannedItem], resolved: Resolved) -> None:
+        for item in items:
+            self.left_in_cell[item.cell.name] = self.left_in_cell.get(item.cell.name, 0) + 1
+            if resolved.env is not None:
+                self.env_of_cell[item.cell.name] = resolved.env
+            self.pending.add(self.executor.submit(self._observe, item, resolved))
+        self.collect(block=False)
+
+    def _observe(self, item: PlannedItem, resolved: Resolved) -> ItemRecord | None:
+        with self.slots.hold(Demand.for_item(item.world_size, self.machine)) as gpus:
+            if self.stop.is_set():
+                return None
+            return observe_item(
+                run_id=self.run_id,
+                item=item,
+                repro=self.opts.discovery.repros[item.repro_id],
+                resolved=resolved,
+                run_dir=self.run_dir,
+                launcher=self.launcher,
+                repro_cmd=repro_command(self.opts, item),
+                gpus=gpus,
+            )
+
+    def collect(self, block: bool) -> None:
+        done, _ = wait(self.pending, timeout=0.2 if block else 0, return_when=FIRST_COMPLETED)
+        for future in done:
+            self.pending.discard(future)
+            record = future.result()
+            if record is None or self.stop.is_set():
+                continue
+            self.on_record(record)
+            cell = record["cell"]
+            self.left_in_cell[cell] -= 1
+            if self.left_in_cell[cell] == 0 and cell in self.env_of_cell:
+                self.launcher.cell_done(self.env_of_cell[cell])
+        self.on_progress(len(self.pending))
+
+    def drain(self) -> None:
+        while self.pending:
+            self.collect(block=True)
+
+    def abort(self) -> None:
+        """Stop: no new item starts, the running ones are killed, their records dropped."""
+        self.stop.set()
+        kill_in_flight()
+        self.launcher.abort()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        kill_in_flight()
+
+    def concurrency(self) -> dict[str, Any]:
+        return {"jobs": self.opts.jobs, "machine": self.machine.describe(), "most_at_once": self.slots.peak}

@@ -1,0 +1,183 @@
+"""Options defined once, for the command line and the pytest plugin alike.
+
+Each ``Option`` names its destination, its flags, its help and how its value is read; the CLI
+verbs (``harness/commands``) and the pytest plugin (``harness/pytest_plugin.py``) add the
+ones they take from this table, and ``selection`` turns the values into ``RunOptions``. Under
+pytest, an option whose CLI flag is too generic for a pytest session that loads many plugins
+(``--out``, ``--launcher``) has a ``repro-`` prefixed flag instead (``pytest_flags``).
+
+Where the matrix comes from: ``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.environments import default_cache_dir
+from harness.errors import UserError
+from harness.launchers import LAUNCHERS, default_launcher
+from harness.matrix import Matrix, load_matrix
+from harness.planning import RunOptions
+from harness.repro_registry import Discovery, discover
+from repros.common.spec import MODES
+
+MATRIX_VARIABLE = "FT_REGRESS_MATRIX"
+DEFAULT_MATRIX_NAME = "matrix.yaml"
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    flags: tuple[str, ...]
+    help: str
+    #: ``text``, ``csv`` (comma-separated, repeatable), ``path``, ``paths`` (repeatable), ``choice``, ``int``.
+    kind: str = "text"
+    choices: tuple[str, ...] = ()
+    default: Callable[[], Any] | None = None
+    metavar: str | None = None
+    #: The flags under pytest, where they differ from ``flags``.
+    pytest_flags: tuple[str, ...] | None = None
+
+    def argparse_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help}
+        if self.metavar:
+            kwargs["metavar"] = self.metavar
+        if self.kind in ("csv", "paths"):
+            kwargs["action"] = "append"
+            kwargs["default"] = []
+        if self.kind in ("path", "paths"):
+            kwargs["type"] = Path
+        if self.kind == "int":
+            kwargs["type"] = _whole_number(self.flags[0])
+        if self.kind == "choice":
+            kwargs["choices"] = self.choices
+        if self.default is not None and self.kind not in ("csv", "paths"):
+            kwargs["default"] = self.default()
+        return kwargs
+
+
+def _whole_number(flag: str) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = -1
+        if number < 0:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number (0: as many as fit), not {value!r}")
+        return number
+
+    return parse
+
+
+OPTIONS: dict[str, Option] = {
+    o.dest: o
+    for o in (
+        Option("matrix", ("--matrix",), f"matrix file (default: ./{DEFAULT_MATRIX_NAME}, else ${MATRIX_VARIABLE})",
+               kind="path"),
+        Option("lane", ("--lane",), "run the cells of this lane (default: the matrix's default_lane)"),
+        Option("cells", ("--cells",), "cell names, comma-separated (repeatable)", kind="csv",
+               pytest_flags=("--cells", "--cell")),
+        Option("repros", ("--repros",), "repro ids, comma-separated, e.g. F1,F5 (default: all, or the matrix's own)",
+               kind="csv"),
+        Option("modes", ("--modes",), f"modes, comma-separated (default: {','.join(MODES)})", kind="csv"),
+        Option("repros_dir", ("--repros-dir",), "also load the repro files in DIR (repeatable; also $FT_REGRESS_REPROS)",
+               kind="paths", metavar="DIR"),
+        Option("out", ("--out",), "the run's output directory (default: <reports dir>/<run-id>)", kind="path",
+               pytest_flags=("--repro-out",)),
+        Option("cache_dir", ("--cache-dir",), f"environment cache (default: {default_cache_dir()})", kind="path"),
+        Option("launcher", ("--launcher",), "worker: fork each item's ranks from the cell's pre-imported worker "
+               "(default, or $FT_REGRESS_LAUNCHER); torchrun: a bare torchrun per item", kind="choice",
+               choices=tuple(LAUNCHERS), pytest_flags=("--repro-launcher",)),
+        Option("jobs", ("--jobs",), "run up to N items at once where the cores, memory and GPUs allow it "
+               "(default 1; 0: as many as fit)", kind="int", metavar="N"),
+        Option("reports_dir", ("--reports-dir",), "where run directories go (default: reports)", kind="path",
+               default=lambda: Path("reports")),
+    )
+}
+
+
+def add_cli_options(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+    for name in names:
+        option = OPTIONS[name]
+        parser.add_argument(*option.flags, **option.argparse_kwargs())
+
+
+def add_pytest_options(group: Any, names: Iterable[str]) -> None:
+    """Add the options to a pytest option group, with the ``ft_`` prefix on each destination."""
+    for name in names:
+        option = OPTIONS[name]
+        kwargs = option.argparse_kwargs()
+        kwargs["dest"] = f"ft_{option.dest}"
+        if "type" in kwargs and option.kind in ("path", "paths"):
+            kwargs.pop("type")  # pytest paths are resolved against the invocation directory by the plugin
+        group.addoption(*(option.pytest_flags or option.flags), **kwargs)
+
+
+def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    """Comma-separated values, from one string or several (a repeated option)."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
+    """``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``; a ``UserError`` saying so if none."""
+    if given is not None:
+        return Path(given)
+    here = (cwd or Path.cwd()) / DEFAULT_MATRIX_NAME
+    if here.is_file():
+        return here
+    from_env = os.environ.get(MATRIX_VARIABLE)
+    if from_env:
+        return Path(from_env)
+    raise UserError(
+        "--matrix",
+        "",
+        f"no matrix given, no ./{DEFAULT_MATRIX_NAME} here, and ${MATRIX_VARIABLE} is not set",
+        f"pass --matrix FILE, run from a directory with {DEFAULT_MATRIX_NAME}, or run 'ft-regress init' for a starter",
+    )
+
+
+def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
+    """The matrix and the repros it can name (built-in, ``--repros-dir`` and ``$FT_REGRESS_REPROS``)."""
+    for directory in repros_dirs:
+        if not Path(directory).is_dir():
+            raise UserError(directory, "--repros-dir", "is not a directory", "pass a directory of repro .py files")
+    discovery = discover([Path(d).resolve() for d in repros_dirs])
+    path = find_matrix(matrix, cwd)
+    return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
+
+
+def cache_dir(value: Path | None) -> Path:
+    return Path(value or default_cache_dir()).expanduser().resolve()
+
+
+def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -> RunOptions:
+    """``RunOptions`` from option values by destination (the CLI's namespace, or the plugin's)."""
+    repros_dirs = tuple(Path(d).resolve() for d in values.get("repros_dir") or [])
+    matrix, discovery = load(values.get("matrix"), repros_dirs, cwd)
+    given_cache = values.get("cache_dir")
+    fields: dict[str, Any] = {
+        "matrix": matrix,
+        "discovery": discovery,
+        "lane": values.get("lane"),
+        "cells": csv(values.get("cells")),
+        "repros": csv(values.get("repros")),
+        "modes": csv(values.get("modes")) or MODES,
+        "cache_dir": cache_dir(given_cache),
+        "cache_dir_given": given_cache is not None,
+        "repros_dirs": repros_dirs,
+    }
+    fields["launcher"] = values.get("launcher") or default_launcher()
+    fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
+    if values.get("reports_dir") is not None:
+        fields["reports_dir"] = values["reports_dir"]
+    fields.update(more)
+    return RunOptions(**fields)

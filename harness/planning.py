@@ -1,0 +1,152 @@
+"""What a run will do: its options, and the items they select (cell x repro x mode).
+
+Every user error in a selection (an unknown repro, cell, lane or mode) is found here,
+before anything runs. Nothing depends on a cell's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.matrix import Cell, Matrix
+from harness.records import ItemId
+from harness.repro_registry import BrokenRepro, Discovery
+from harness.shard import Shard, assign, durations_from, shard_meta
+from repros.common.spec import MODES
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    matrix: Matrix
+    discovery: Discovery
+    lane: str | None = None
+    cells: tuple[str, ...] = ()
+    repros: tuple[str, ...] = ()
+    modes: tuple[str, ...] = MODES
+    out_dir: Path | None = None
+    reports_dir: Path = Path("reports")
+    cache_dir: Path | None = None
+    cache_dir_given: bool = False
+    #: Packages pinned over every selected cell's own spec (``--pin deepspeed==0.19.5``).
+    pins: tuple[tuple[str, str], ...] = ()
+    repros_dirs: tuple[Path, ...] = ()
+    #: Run only this shard of the plan (``--shard I/N``), balanced by ``reports_dir``'s history.
+    shard: Shard | None = None
+    #: The shard's items as first planned (``--resume`` keeps them, whatever the history says now).
+    shard_items: tuple[str, ...] | None = None
+    #: A registered launcher's name (``harness/launchers``): "worker" or "torchrun".
+    launcher: str = "worker"
+    #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
+    jobs: int = 1
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    cell: Cell
+    repro_id: str
+    module: str
+    mode: str
+    world_size: int
+
+    @property
+    def id(self) -> ItemId:
+        return ItemId(self.cell.name, self.repro_id, self.mode)
+
+
+@dataclass
+class Plan:
+    items: list[PlannedItem] = field(default_factory=list)
+    excluded: list[dict[str, str]] = field(default_factory=list)
+    #: Repro files that could not be loaded, with each cell they would have run in.
+    broken: list[tuple[Cell, BrokenRepro]] = field(default_factory=list)
+    #: With ``--shard``: the whole plan and this shard's part of it (for ``run.json``).
+    shard: dict[str, object] | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.items) + len(self.broken)
+
+
+def pinned_cell(cell: Cell, pins: tuple[tuple[str, str], ...]) -> Cell:
+    """``cell`` with some packages pinned over its own specs; named after its origin."""
+    suffix = "+".join(f"{name}-{spec.lstrip('=<>!~')}" for name, spec in pins)
+    return dataclasses.replace(
+        cell,
+        name=f"{cell.name}+{suffix}",
+        packages={**cell.packages, **dict(pins)},
+        origin=cell.origin or cell.name,
+    )
+
+
+def broken_label(cell: Cell, broken: BrokenRepro) -> str:
+    return ItemId(cell.name, broken.id, "bug").label()
+
+
+def _selected_cells(opts: RunOptions) -> list[Cell]:
+    matrix = opts.matrix
+    if opts.cells:
+        for name in opts.cells:
+            if name not in matrix.cells:
+                raise UserError(
+                    matrix.path, "cells", f"no cell named {name!r}", f"use one of: {', '.join(matrix.cells)}"
+                )
+        cells = [matrix.cells[n] for n in opts.cells]
+        if opts.lane:
+            cells = [c for c in cells if opts.lane in c.lanes]
+    else:
+        lane = opts.lane or matrix.default_lane
+        cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
+    if opts.pins:
+        cells = [pinned_cell(c, opts.pins) for c in cells if not c.passthrough]
+    return cells
+
+
+def plan_items(opts: RunOptions) -> Plan:
+    known = opts.discovery.repros
+    for wanted in opts.repros:
+        if wanted not in known and wanted not in opts.discovery.broken:
+            raise UserError("--repros", wanted, "unknown repro", f"use one of: {', '.join(sorted(known))}")
+    for mode in opts.modes:
+        if mode not in MODES:
+            raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
+    plan = Plan()
+    for cell in _selected_cells(opts):
+        for stem, broken in sorted(opts.discovery.broken.items()):
+            if not opts.repros or stem in opts.repros:
+                plan.broken.append((cell, broken))
+        # The order asked for with --repros, else by id.
+        order = [r for r in opts.repros if r in known] if opts.repros else sorted(known)
+        for repro_id in order:
+            repro = known[repro_id]
+            if cell.repros is not None and repro_id not in cell.repros:
+                continue
+            for mode in repro.spec.modes:
+                if mode not in opts.modes:
+                    continue
+                exclusion = opts.matrix.exclusion(cell.name, repro_id, mode)
+                if exclusion is not None:
+                    plan.excluded.append(
+                        {"cell": cell.name, "repro": repro_id, "mode": mode, "reason": exclusion.reason}
+                    )
+                    continue
+                world_size = repro.spec.world_size or cell.world_size
+                plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size))
+    if opts.shard is not None:
+        _keep_shard(plan, opts, opts.shard)
+    return plan
+
+
+def _keep_shard(plan: Plan, opts: RunOptions, shard: Shard) -> None:
+    """Keep only ``shard``'s part of the whole plan (see ``harness.shard``)."""
+    labels = [i.id.label() for i in plan.items] + [broken_label(c, b) for c, b in plan.broken]
+    durations = durations_from(opts.reports_dir)
+    if opts.shard_items is not None:
+        mine = set(opts.shard_items)
+    else:
+        mine = set(assign(labels, durations, shard.count)[shard.index - 1])
+    plan.items = [i for i in plan.items if i.id.label() in mine]
+    plan.broken = [(c, b) for c, b in plan.broken if broken_label(c, b) in mine]
+    plan.shard = shard_meta(shard, labels, [k for k in labels if k in mine], durations, opts.reports_dir)

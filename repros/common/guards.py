@@ -1,0 +1,175 @@
+"""The fixed trainer's workarounds, as one table: each guard's id, when it applies, what it
+changes in the scenario, and why.
+
+``choose_guards`` walks the table in order over the scenario as the guards before it left it
+(so ``input-require-grads`` sees the reentrant checkpointing ``zero3-reentrant-checkpointing``
+switched on) and the installed versions; ``apply_guards`` applies the chosen ones. A new guard
+is one row here.
+
+Guards (each recorded by id, with its reason, in the result):
+- ``use-cache-off``: under gradient checkpointing, ``config.use_cache = False``.
+- ``zero3-reentrant-checkpointing``: ZeRO-3 with frozen base weights and non-reentrant
+  checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to ``[0]``
+  before torch checks the recompute (F1); checkpoint reentrantly instead.
+- ``input-require-grads``: under reentrant checkpointing with a frozen embedding no
+  checkpointed block's input requires grad, so the adapters inside get none (F5); make the
+  embedding output require grad.
+- ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
+  checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
+  cast fix (F2); put the root module under the same mixed-precision policy as the layers.
+- ``peft-model-wrap``: a quantized HF model with an adapter added by ``add_adapter`` goes to
+  the engine as a raw HF model, whose ``.to`` transformers refuses (F3); wrap it in a
+  ``PeftModel`` instead.
+- ``bnb-cpu-no-repack``: bitsandbytes on an AVX512-BF16 CPU repacks 4-bit weights in place
+  after an eval-mode forward, after which dequantize/merge return wrong weights; turn the
+  repacking off on every ``Linear4bit``.
+- ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
+  names (F4); merge the adapters into the base (dequantizing first when quantized), load
+  strictly, and check the logits against the trained model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from importlib import metadata
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from repros.common.scenario import Scenario
+
+#: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
+#: frozen params"). Established by running F1 (see repros/f1_zero3_frozen_ckpt.py).
+DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
+#: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
+TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
+
+#: Installed versions the guards look at: package name -> version (None: not installed).
+Versions = Mapping[str, Version | None]
+GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A guard as applied: its id and why it applied here."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GuardRule:
+    id: str
+    #: The documented failure it works around (a repro id), or "" for hygiene.
+    works_around: str
+    applies: Callable[[Scenario, Versions], bool]
+    #: Scenario fields it sets.
+    effect: Mapping[str, Any]
+    reason: Callable[[Versions], str]
+
+
+def installed_versions(packages: tuple[str, ...] = GUARDED_PACKAGES) -> dict[str, Version | None]:
+    found: dict[str, Version | None] = {}
+    for name in packages:
+        try:
+            found[name] = Version(metadata.version(name))
+        except (metadata.PackageNotFoundError, InvalidVersion):
+            found[name] = None
+    return found
+
+
+def checkpoints_reentrantly(scenario: Scenario, versions: Versions | None = None) -> bool:
+    """Whether the scenario's checkpointing is reentrant, the library default resolved."""
+    if not scenario.gradient_checkpointing:
+        return False
+    if scenario.use_reentrant is not None:
+        return scenario.use_reentrant
+    transformers = (versions if versions is not None else installed_versions()).get("transformers")
+    return transformers is None or transformers < TRANSFORMERS_NON_REENTRANT_DEFAULT
+
+
+def _zero3_frozen_ckpt_affected(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.gradient_checkpointing
+        and not checkpoints_reentrantly(s, v)
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_FROZEN_CKPT_FIX
+    )
+
+
+GUARDS: tuple[GuardRule, ...] = (
+    GuardRule(
+        "use-cache-off",
+        "",
+        lambda s, v: s.gradient_checkpointing and s.use_cache is not False,
+        {"use_cache": False},
+        lambda v: "KV cache is useless and harmful under gradient checkpointing",
+    ),
+    GuardRule(
+        "zero3-reentrant-checkpointing",
+        "F1",
+        _zero3_frozen_ckpt_affected,
+        {"use_reentrant": True},
+        lambda v: f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_FROZEN_CKPT_FIX} re-partitions frozen weights "
+        "during non-reentrant recompute (F1, DeepSpeed PR #8148)",
+    ),
+    GuardRule(
+        "input-require-grads",
+        "F5",
+        lambda s, v: s.gradient_checkpointing and checkpoints_reentrantly(s, v) and not s.input_require_grads,
+        {"input_require_grads": True},
+        lambda v: "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)",
+    ),
+    GuardRule(
+        "fsdp-uniform-dtypes",
+        "F2",
+        lambda s, v: s.engine == "fsdp2" and s.bf16 and not s.fsdp_root_mixed_precision,
+        {"fsdp_root_mixed_precision": True},
+        lambda v: "float32 tensors entering a checkpointed bf16 FSDP layer may be recomputed in another dtype (F2)",
+    ),
+    GuardRule(
+        "peft-model-wrap",
+        "F3",
+        lambda s, v: bool(s.quantization) and s.peft_wrapping != "peft_model",
+        {"peft_wrapping": "peft_model"},
+        lambda v: "engines call .to on a raw HF model, which transformers refuses when quantized (F3)",
+    ),
+    GuardRule(
+        "bnb-cpu-no-repack",
+        "",
+        lambda s, v: s.quantization == "nf4" and not s.bnb_no_repack,
+        {"bnb_no_repack": True},
+        lambda v: "bitsandbytes' CPU repacking of 4-bit weights corrupts dequantize/merge",
+    ),
+    GuardRule(
+        "merge-before-sync",
+        "F4",
+        lambda s, v: s.sync_weights and not s.merge_before_sync,
+        {"merge_before_sync": True},
+        lambda v: "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)",
+    ),
+)
+_BY_ID = {rule.id: rule for rule in GUARDS}
+
+
+def choose_guards(scenario: Scenario, versions: Versions | None = None) -> list[Guard]:
+    """The guards that apply to ``scenario`` with ``versions`` (default: what is installed)."""
+    versions = versions if versions is not None else installed_versions()
+    chosen: list[Guard] = []
+    current = scenario
+    for rule in GUARDS:
+        if rule.applies(current, versions):
+            chosen.append(Guard(rule.id, rule.reason(versions)))
+            current = replace(current, **rule.effect)
+    return chosen
+
+
+def apply_guards(scenario: Scenario, guards: list[Guard]) -> Scenario:
+    changes: dict[str, Any] = {}
+    for guard in guards:
+        changes.update(_BY_ID[guard.id].effect)
+    return replace(scenario, **changes)
