@@ -26,6 +26,7 @@ from harness.bisect_search import FOUND, SearchResult, State, search
 from harness.environments import Environments, EnvironmentUnavailable, Resolved, UvEnvironments
 from harness.errors import UserError
 from harness.launchers import TorchrunLauncher
+from harness.leftovers import sweep_dead_runs
 from harness.matrix import Cell, Matrix
 from harness.observe import observe_item
 from harness.package_versions import VersionsUnavailable, between, released_versions
@@ -66,10 +67,18 @@ def signature_of(record: ItemRecord) -> tuple[str, str | None]:
     return record["outcome"], record.get("signature")
 
 
-def state_of(record: ItemRecord, bad: tuple[str, str | None]) -> State:
+def state_of(record: ItemRecord, bad: tuple[str, str | None], good: tuple[str, str | None] | None = None) -> State:
+    """``bad``/``good``: what that endpoint showed (outcome and signature id); ``skip``: nothing
+    was observed (no environment, INFRA, HANG); ``other``: it failed some other way than both
+    endpoints (a different error, an ImportError): never counted as good."""
     if record["outcome"] in UNOBSERVED:
         return "skip"
-    return "bad" if signature_of(record) == bad else "good"
+    observed = signature_of(record)
+    if observed == bad:
+        return "bad"
+    if good is None or observed == good:
+        return "good"
+    return "other"
 
 
 def base_cell(matrix: Matrix, name: str | None) -> Cell:
@@ -271,6 +280,7 @@ class StepRunner:
                 self.opts.cache_dir,
                 self.opts.repros_dirs,
             ),
+            environments=self.environments,
         )
         record["bisect_point"] = point
         record["bisect_step_s"] = round(time.perf_counter() - started, 3)
@@ -308,14 +318,32 @@ class StepRunner:
         )
 
 
+def unknown_points(axis: VersionAxis | DateAxis, result: SearchResult[str], records: dict[str, ItemRecord]) -> str:
+    """``; A and B failed differently (ImportError); C could not run (INFRA)`` for the final line."""
+
+    def how(point: str) -> str:
+        record = records.get(point) or {}
+        error = (record.get("error") or {}).get("type")  # type: ignore[union-attr]
+        return str(error or record.get("outcome") or "?")
+
+    parts = []
+    for points, what in ((result.others, "failed differently"), (result.skipped, "could not run")):
+        if points:
+            names = [axis.label(p) for p in points]
+            joined = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+            kinds = ", ".join(sorted({how(p) for p in points}))
+            parts.append(f"{joined} {what} ({kinds})")
+    return "".join(f"; {part}" for part in parts)
+
+
 def final_line(package: str, result: SearchResult[str]) -> str:
     word = "first bad" if result.kind == "regression" else "first good"
     if result.status == FOUND:
         return f"{word}: {package}=={result.boundary}"
     if result.status == "ambiguous":
-        skipped = ", ".join(result.skipped)
+        unknown = ", ".join([*result.skipped, *result.others])
         candidates = ", ".join(f"{package}=={v}" for v in result.candidates)
-        return f"{word}: ambiguous, one of {candidates} (could not observe: {skipped})"
+        return f"{word}: ambiguous, one of {candidates} (no verdict on: {unknown})"
     if result.status == "non-monotonic":
         evidence = ", ".join(f"{p.point} {p.state}" for p in result.contradictions)
         return f"{word}: none, the history is not monotonic ({evidence})"
@@ -350,7 +378,6 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
         raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")
     cell = base_cell(opts.matrix, opts.cell)
     environments = Environments(opts.cache_dir)
-    builder = environments.uv
     axis: VersionAxis | DateAxis
     if opts.by_date:
         for name in opts.hold:
@@ -360,9 +387,16 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
                 )
         points = date_points(opts)
         good, bad = opts.good, opts.bad
-        axis = DateAxis(cell, builder, opts.hold)
+        axis = DateAxis(cell, environments.uv, opts.hold)
         what = f"the days {points[0]} … {points[-1]} ({len(points)} days, holding {', '.join(opts.hold) or 'nothing'})"
     else:
+        if opts.package and opts.package not in cell.packages:
+            raise UserError(
+                "--package",
+                opts.package,
+                f"cell {cell.name} does not install it",
+                f"bisect one of its packages: {', '.join(cell.packages)}",
+            )
         points = [str(v) for v in bisect_points(opts)]
         good, bad = str(Version(opts.good)), str(Version(opts.bad))
         axis = VersionAxis(str(opts.package))
@@ -374,18 +408,20 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
         f"bisect {opts.repro}/{opts.mode} over {what} in cell {cell.name}; good {good}, bad {bad}", highlight=False
     )
     started = time.perf_counter()
+    sweep_dead_runs()
     with run_dir.locked(), run_dir.writer() as writer:
         steps = StepRunner(opts, cell, axis, environments, run_dir, run_id, writer, console)
-        # The bad endpoint first: its outcome and signature define "bad" for every step.
+        # The endpoints first: what each showed defines "bad" and "good" for every step.
         bad_signature = signature_of(steps.record(bad))
+        good_signature = signature_of(steps.record(good))
 
         def probe(point: str, role: str) -> State:
-            state = state_of(steps.record(point), bad_signature)
+            state = state_of(steps.record(point), bad_signature, good_signature)
             steps.report_step(point, state, role)
             return state
 
         result = search(points, probe, verify=opts.verify)
-        final = axis.final(result)
+        final = axis.final(result) + unknown_points(axis, result, steps.records)
     summary = {
         "run_id": run_id,
         "repro": opts.repro,
@@ -405,6 +441,7 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
         "boundary": result.boundary,
         "candidates": result.candidates,
         "skipped": result.skipped,
+        "failed_differently": result.others,
         "contradictions": [dataclasses.asdict(p) for p in result.contradictions],
         "resolutions": axis.resolutions if isinstance(axis, DateAxis) else None,
         "steps": steps.steps,

@@ -1,13 +1,14 @@
 """Binary search for the boundary between two states over an ordered list of points.
 
 The points are released versions (or days), oldest first. Each probe says ``good``,
-``bad`` or ``skip`` (could not be observed: no environment, INFRA, HANG). The older
+``bad``, ``other`` (observed, but neither: it failed some other way, e.g. an ImportError) or
+``skip`` (could not be observed: no environment, INFRA, HANG). The older
 endpoint's state holds up to the boundary, the newer endpoint's state from it on:
 for a regression (good older, bad newer) the boundary is the first bad point, for a
 fix (bad older, good newer) the first good one.
 
-Skipped points are searched around; when skipped points border the boundary the
-result is ambiguous and names every point that could be it. Bisection assumes the
+Skipped and other points are searched around; when they border the boundary the result is
+ambiguous and names every point that could be it; either way the result names them. Bisection assumes the
 history is monotonic; ``verify`` extra probes spread over the untested points catch
 a history that is not, and the result says so.
 """
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 P = TypeVar("P")
-State = Literal["good", "bad", "skip"]
+State = Literal["good", "bad", "skip", "other"]
+#: States that say nothing about which side of the boundary a point is on.
+UNKNOWN = ("skip", "other")
 
 FOUND = "found"
 AMBIGUOUS = "ambiguous"
@@ -44,6 +47,8 @@ class SearchResult(Generic[P]):
     #: Every point that could be the boundary (one when found, several when ambiguous).
     candidates: list[P] = field(default_factory=list)
     skipped: list[P] = field(default_factory=list)
+    #: Points that were observed failing some other way than either endpoint.
+    others: list[P] = field(default_factory=list)
     #: Probes that contradict a monotonic history.
     contradictions: list[Probe[P]] = field(default_factory=list)
     probes: list[Probe[P]] = field(default_factory=list)
@@ -80,7 +85,7 @@ def search(points: Sequence[P], probe: Callable[[P, str], State], verify: int = 
     first, last = 0, len(points) - 1
     old_state, new_state = look(first, "endpoint"), look(last, "endpoint")
     kind = "regression" if old_state == "good" else "fix"
-    if "skip" in (old_state, new_state):
+    if old_state in UNKNOWN or new_state in UNKNOWN:
         return SearchResult(ENDPOINT_UNUSABLE, kind, probes=probes)
     if old_state == new_state:
         return SearchResult(ENDPOINTS_AGREE, kind, probes=probes)
@@ -93,7 +98,7 @@ def search(points: Sequence[P], probe: Callable[[P, str], State], verify: int = 
             break
         mid = _closest_to_middle(inner, lo, hi)
         state = look(mid, "bisect")
-        if state == "skip":
+        if state in UNKNOWN:
             skipped.add(mid)
         elif state == old_state:
             lo = mid
@@ -110,6 +115,7 @@ def search(points: Sequence[P], probe: Callable[[P, str], State], verify: int = 
     ]
     contradictions = [next(p for p in probes if p.point == c.point) for c in contradictions]
     skipped_points = [points[i] for i in sorted(i for i, s in states.items() if s == "skip")]
+    other_points = [points[i] for i in sorted(i for i, s in states.items() if s == "other")]
     bordering = [i for i in range(lo + 1, hi) if i in skipped]
     candidates = [points[i] for i in [*bordering, hi]]
     if contradictions:
@@ -124,6 +130,7 @@ def search(points: Sequence[P], probe: Callable[[P, str], State], verify: int = 
         boundary=points[hi] if status == FOUND else None,
         candidates=candidates,
         skipped=skipped_points,
+        others=other_points,
         contradictions=contradictions,
         probes=probes,
     )

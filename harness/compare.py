@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from harness.records import ItemRecord
+from repros.common.outcomes import Outcome
 
 NEW_REGRESSION = "new regression"
 FIXED_TRAINER_BROKE = "fixed trainer broke"
@@ -66,24 +68,24 @@ class Change:
 Key = tuple[str, str, str]
 
 
-def _key(record: dict[str, Any]) -> Key:
+def _key(record: ItemRecord) -> Key:
     return record["cell"], record["repro"], record["mode"]
 
 
-def _error_type(record: dict[str, Any]) -> str | None:
+def _error_type(record: ItemRecord) -> str | None:
     error = record.get("error") or {}
     return error.get("type")
 
 
-def _outcome(record: dict[str, Any]) -> str:
+def _outcome(record: ItemRecord) -> str:
     mark = "✓" if record.get("matched") else "✗"
     return f"{record['outcome']} {mark}"
 
 
-def _why_unmatched(record: dict[str, Any]) -> str:
+def _why_unmatched(record: ItemRecord) -> str:
     if record.get("expected"):
         return f"expected {record['expected']}"
-    if record["outcome"] == "UNRESOLVABLE":
+    if record["outcome"] == Outcome.UNRESOLVABLE:
         return "no environment: " + ((record.get("error") or {}).get("message") or "")
     return "no expectation covers the new versions"
 
@@ -92,7 +94,7 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-def _performance(label: str, old: dict[str, Any], new: dict[str, Any], limits: Thresholds) -> list[Change]:
+def _performance(label: str, old: ItemRecord, new: ItemRecord, limits: Thresholds) -> list[Change]:
     changes = []
     old_mem, new_mem = old.get("peak_mem_bytes"), new.get("peak_mem_bytes")
     # A CPU peak RSS is comparable only between the same launchers: a rank forked from a
@@ -125,7 +127,7 @@ def _performance(label: str, old: dict[str, Any], new: dict[str, Any], limits: T
 
 
 def compare_runs(
-    old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]], limits: Thresholds = Thresholds()
+    old: Sequence[ItemRecord], new: Sequence[ItemRecord], limits: Thresholds = Thresholds()
 ) -> list[Change]:
     old_by, new_by = {_key(r): r for r in old}, {_key(r): r for r in new}
     changes: list[Change] = []

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from harness.environments import Environment, Resolved
+from harness.environments import Environment, Environments, Resolved
 from harness.launchers import Launcher, kill_in_flight
 from harness.observe import observe_item
 from harness.planning import PlannedItem, RunOptions
@@ -28,7 +28,9 @@ class Dispatch:
         launcher: Launcher,
         on_record: Callable[[ItemRecord], None],
         on_progress: Callable[[int], None] = lambda running: None,
+        environments: Environments | None = None,
     ) -> None:
+        self.environments = environments
         self.opts = opts
         self.run_id = run_id
         self.run_dir = run_dir
@@ -65,6 +67,7 @@ class Dispatch:
                 launcher=self.launcher,
                 repro_cmd=repro_command(self.opts, item),
                 gpus=gpus,
+                environments=self.environments,
             )
 
     def collect(self, block: bool) -> None:

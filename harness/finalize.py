@@ -37,7 +37,25 @@ ReportWriter = Callable[[FinishedRun], Path]
 WRITERS: tuple[ReportWriter, ...] = (junit.write, html_report.write)
 
 
-def finalize(run_dir: RunDir) -> list[Path]:
-    """Write every registered report of ``run_dir``; return their paths."""
+@dataclass(frozen=True)
+class Finalized:
+    written: list[Path]
+    #: The reports that could not be written (a full disk), each with why.
+    failed: list[str]
+
+
+def finalize(run_dir: RunDir) -> Finalized:
+    """Write every registered report of ``run_dir``. A report that cannot be written is named in
+    ``failed`` (the records and the other reports are kept); ``report DIR`` writes it again."""
     run = FinishedRun.load(run_dir)
-    return [writer(run) for writer in WRITERS]
+    written: list[Path] = []
+    failed: list[str] = []
+    for writer in WRITERS:
+        try:
+            written.append(writer(run))
+        except OSError as exc:
+            name = getattr(writer, "__module__", "a report")
+            failed.append(f"{name}: {exc.strerror or exc} ({exc.filename or run_dir.path})")
+            for partial in run_dir.path.glob("*.tmp"):
+                partial.unlink(missing_ok=True)
+    return Finalized(written, failed)

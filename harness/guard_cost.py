@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from harness.records import ItemRecord
 
 NOISE_FACTOR = 2.0
 
@@ -58,11 +59,11 @@ class Unpriced:
     why: str
 
 
-def guard_ids(record: dict[str, Any]) -> tuple[str, ...]:
+def guard_ids(record: ItemRecord) -> tuple[str, ...]:
     return tuple(str(g.get("id", g)) if isinstance(g, dict) else str(g) for g in record.get("guards") or [])
 
 
-def _median(record: dict[str, Any]) -> float | None:
+def _median(record: ItemRecord) -> float | None:
     step = record.get("step_time_s") or {}
     return step.get("median")
 
@@ -75,7 +76,7 @@ def _note(guards: tuple[str, ...], step_delta: float | None, noise: float | None
     return ""
 
 
-def _cost(bug: dict[str, Any], fixed: dict[str, Any]) -> GuardCost:
+def _cost(bug: ItemRecord, fixed: ItemRecord) -> GuardCost:
     guards = guard_ids(fixed)
     same_kind = bug.get("peak_mem_kind") == fixed.get("peak_mem_kind")
     bug_step, fixed_step = _median(bug), _median(fixed)
@@ -102,7 +103,7 @@ def _cost(bug: dict[str, Any], fixed: dict[str, Any]) -> GuardCost:
     )
 
 
-def guard_costs(records: Sequence[dict[str, Any]]) -> tuple[list[GuardCost], list[Unpriced]]:
+def guard_costs(records: Sequence[ItemRecord]) -> tuple[list[GuardCost], list[Unpriced]]:
     """The priced guards (one per cell x repro with both modes measured) and the rest."""
     by_key = {(r["cell"], r["repro"], r["mode"]): r for r in records}
     priced: list[GuardCost] = []

@@ -26,25 +26,28 @@ class PastRun:
     current: bool
 
 
-def _load(directory: Path, current: bool) -> PastRun | None:
-    """A sibling run, or None where it cannot be read (it is left out of the history, not fatal)."""
+def _load(directory: Path, current: bool) -> tuple[PastRun | None, str]:
+    """A sibling run, or None and why it cannot be read (it is left out of the history, not fatal)."""
     run = RunDir(directory)
     try:
         records = run.records()
         meta = run.read_meta()
-    except (UserError, OSError):
-        return None
+    except UserError as exc:
+        return None, exc.line()
+    except OSError as exc:
+        return None, str(exc)
     return PastRun(
         run_id=str(meta.get("run_id") or directory.name),
         name=directory.name,
         started_at=str(meta.get("started_at") or ""),
         records={(r["cell"], r["repro"], r["mode"]): r for r in records if {"cell", "repro", "mode"} <= r.keys()},
         current=current,
-    )
+    ), ""
 
 
-def load_history(run_dir: Path, limit: int = DEFAULT_LIMIT) -> list[PastRun]:
-    """``run_dir`` and the runs beside it, oldest first, at most ``limit`` of them."""
+def load_history(run_dir: Path, limit: int = DEFAULT_LIMIT, skipped: list[str] | None = None) -> list[PastRun]:
+    """``run_dir`` and the runs beside it, oldest first, at most ``limit`` of them. A sibling
+    that cannot be read is left out, and said in ``skipped`` (one line each) when given."""
     run_dir = run_dir.resolve()
     runs: list[PastRun] = []
     try:
@@ -55,9 +58,11 @@ def load_history(run_dir: Path, limit: int = DEFAULT_LIMIT) -> list[PastRun]:
         current = directory == run_dir
         if not current and not ((directory / RUN_FILE).is_file() and (directory / RESULTS_FILE).is_file()):
             continue
-        run = _load(directory, current)
+        run, why = _load(directory, current)
         if run is not None:
             runs.append(run)
+        elif skipped is not None:
+            skipped.append(f"{directory.name}: {why}")
     runs.sort(key=lambda r: (r.started_at, r.name))
     if len(runs) > limit:
         older = [r for r in runs[:-limit] if r.current]

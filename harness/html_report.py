@@ -26,7 +26,9 @@ from harness import __version__
 from harness.guard_cost import guard_costs
 from harness.history import PastRun, history_items, load_history
 from harness.plots import fixed_trainer_plot, guard_cost_plot, history_plot
+from harness.records import ItemRecord
 from harness.summary import format_bytes, format_step
+from repros.common.outcomes import Outcome
 
 if TYPE_CHECKING:
     from harness.finalize import FinishedRun
@@ -39,7 +41,7 @@ class Entry:
     """One square of the matrix: a record, an excluded item, a planned item with no record, or nothing."""
 
     kind: str
-    record: dict[str, Any] | None = None
+    record: ItemRecord | None = None
     index: int = -1
     reason: str = ""
 
@@ -68,7 +70,7 @@ _RECORD_DEFAULTS: dict[str, Any] = {
 }
 
 
-def normalised(record: dict[str, Any]) -> dict[str, Any]:
+def normalised(record: ItemRecord) -> dict[str, Any]:
     return {**_RECORD_DEFAULTS, **{k: v for k, v in record.items() if v is not None or k not in _RECORD_DEFAULTS}}
 
 
@@ -92,11 +94,11 @@ def _environment() -> Environment:
     return env
 
 
-def verdict(record: dict[str, Any]) -> str:
+def verdict(record: ItemRecord) -> str:
     """What the ✓/✗ means for this record, in words."""
     if record.get("matched"):
         return "matches its expectation"
-    if record.get("outcome") == "UNRESOLVABLE":
+    if record.get("outcome") == Outcome.UNRESOLVABLE:
         return "no environment"
     if record.get("expected"):
         return f"expected {record['expected']}"
@@ -104,7 +106,7 @@ def verdict(record: dict[str, Any]) -> str:
 
 
 def _matrix(
-    records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]], planned: Sequence[str], finished: bool
+    records: Sequence[ItemRecord], excluded: Sequence[dict[str, Any]], planned: Sequence[str], finished: bool
 ) -> tuple[list[str], list[tuple[str, str, list[Entry]]]]:
     keys: list[tuple[str, str, str]] = [(r["cell"], r["repro"], r["mode"]) for r in records]
     keys += [(e["cell"], e["repro"], e["mode"]) for e in excluded]
@@ -134,7 +136,7 @@ def _matrix(
     return cells, table
 
 
-def _cell_versions(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _cell_versions(records: Sequence[ItemRecord], meta: dict[str, Any]) -> list[dict[str, Any]]:
     cells: dict[str, dict[str, Any]] = {}
     for rec in records:
         env = (meta.get("cells") or {}).get(rec["cell"]) or {}
@@ -158,9 +160,10 @@ def _csp(script: str) -> str:
 
 
 def render_report(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[ItemRecord],
     meta: dict[str, Any],
     history: Sequence[PastRun] = (),
+    history_skipped: Sequence[str] = (),
 ) -> str:
     """The page for ``records`` of the run described by ``meta`` (run.json)."""
     records = [normalised(r) for r in records]
@@ -188,6 +191,7 @@ def render_report(
         priced=priced,
         unpriced=unpriced,
         history_runs=list(history),
+        history_skipped=list(history_skipped),
         history_rows=_history(history),
         plots={k: Markup(v) if v else None for k, v in plots.items()},
         verdict=verdict,
@@ -201,7 +205,9 @@ def render_report(
 
 def write(run: FinishedRun) -> Path:
     """Render the run's ``index.html``, with the history beside it (a ``finalize`` report writer)."""
-    page = render_report(run.records, run.meta, load_history(run.dir.path))
+    skipped: list[str] = []
+    history = load_history(run.dir.path, skipped=skipped)
+    page = render_report(run.records, run.meta, history, skipped)
     path = run.dir.path / REPORT_FILE
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(page, encoding="utf-8")

@@ -13,38 +13,49 @@ from typing import TYPE_CHECKING, Any
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
+from harness.records import ItemRecord
+from harness.terminal import plain
+
 if TYPE_CHECKING:
     from harness.finalize import FinishedRun
 
 JUNIT_FILE = "junit.xml"
 
 
-def _case(record: dict[str, Any]) -> TestCase:
-    case = TestCase(f"{record['repro']}/{record['mode']}", classname=record["cell"], time=record.get("wall_s") or 0.0)
+def _text(value: object) -> str:
+    """Run text as XML can hold it: control characters (an ANSI escape, a NUL) shown as escapes."""
+    return plain(str(value))
+
+
+def _case(record: ItemRecord) -> TestCase:
+    case = TestCase(
+        _text(f"{record['repro']}/{record['mode']}"), classname=_text(record["cell"]), time=record.get("wall_s") or 0.0
+    )
     if record.get("matched"):
         return case
     error = record.get("error") or {}
     expected = record.get("expected") or "no expectation for these versions"
     failure = Failure(
-        f"observed {record['outcome']}, expected {expected}", record.get("signature") or error.get("type")
+        _text(f"observed {record['outcome']}, expected {expected}"),
+        _text(record.get("signature") or error.get("type")),
     )
     details = [f"{error.get('type')}: {error.get('message')}"] if error else []
     details += list(record.get("reasons") or [])
     details.append(f"rerun: {record.get('repro_cmd')}")
-    failure.text = "\n".join(details)
+    failure.text = _text("\n".join(details))
     case.result = [failure]
     return case
 
 
 def write_junit(
-    path: Path, run_id: str, records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]] = ()
+    path: Path, run_id: str, records: Sequence[ItemRecord], excluded: Sequence[dict[str, Any]] = ()
 ) -> None:
-    suite = TestSuite(f"ft-regress {run_id}")
+    suite = TestSuite(_text(f"ft-regress {run_id}"))
     for record in records:
         suite.add_testcase(_case(record))
     for item in excluded:
-        case = TestCase(f"{item['repro']}/{item['mode']}", classname=item["cell"])
-        case.result = [Skipped(f"excluded: {item['reason']}")]
+        case = TestCase(_text(f"{item['repro']}/{item['mode']}"), classname=_text(item["cell"]))
+        case.result = [Skipped(_text(f"excluded: {item['reason']}"))]
         suite.add_testcase(case)
     xml = JUnitXml()
     xml.add_testsuite(suite)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -18,6 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 
 from harness.errors import UserError
 
@@ -101,6 +103,50 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
+#: A matrix is a few kilobytes; anything far larger is a mistake or an attack.
+MAX_MATRIX_BYTES = 1 << 20
+#: Per-item timeouts above a week are typos (and ``.inf`` is no timeout at all).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _refuse_aliases(path: Path, raw: bytes) -> None:
+    """YAML anchors and aliases are refused: a few lines of them expand to gigabytes (a
+    'billion laughs'), and a matrix has ``defaults:`` for what cells share."""
+    for event in yaml.parse(raw, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1
+            raise UserError(
+                path,
+                f"line {line}",
+                "uses a YAML anchor or alias",
+                "write the values out (what every cell shares goes under 'defaults:')",
+            )
+
+
+def _is_echo(error: jsonschema.ValidationError) -> bool:
+    if error.validator not in ("additionalProperties", "unevaluatedProperties") or not isinstance(error.instance, dict):
+        return False
+    allowed = set(error.schema.get("properties", {}))
+    if error.validator == "unevaluatedProperties":
+        allowed |= set(_schema()["$defs"]["settings"]["properties"])
+    return not (set(error.instance) - allowed)
+
+
+def _check_numbers(path: Path, data: dict[str, Any]) -> None:
+    """What JSON Schema cannot say about numbers: NaN passes every comparison."""
+    tables = [("defaults", data.get("defaults") or {})]
+    tables += [(f"cells.{name}", cell) for name, cell in (data.get("cells") or {}).items()]
+    for where, table in tables:
+        timeout = table.get("timeout_s")
+        if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+            raise UserError(
+                path,
+                f"{where}.timeout_s",
+                f"{timeout!r} is not a usable timeout",
+                f"give the seconds an item may take, more than 0 and at most {MAX_TIMEOUT_S:.0f}",
+            )
+
+
 def _schema() -> dict[str, Any]:
     text = resources.files("harness").joinpath("matrix.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
@@ -165,8 +211,17 @@ def _example_version(spec: str) -> str:
 def _merge_packages(path: Path, cell_name: str, defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, str]:
     merged: dict[str, str] = {}
     for source, table in (("defaults", defaults), (f"cells.{cell_name}", own)):
+        spelled: dict[str, str] = {}
         for package, spec in table.items():
-            key = package.lower().replace("_", "-")
+            key = canonicalize_name(package)
+            if key in spelled:
+                raise UserError(
+                    path,
+                    f"{source}.packages.{package}",
+                    f"names the same package as {spelled[key]!r} ({key})",
+                    "keep one of the two spellings",
+                )
+            spelled[key] = package
             if spec is None:
                 merged.pop(key, None)
                 continue
@@ -195,7 +250,12 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         raise UserError(path, "", "no such matrix file", "pass --matrix with the path of an existing file") from None
     except OSError as exc:
         raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    if len(raw_bytes) > MAX_MATRIX_BYTES:
+        raise UserError(
+            path, "", f"is {len(raw_bytes)} bytes, more than a matrix needs", f"keep it under {MAX_MATRIX_BYTES} bytes"
+        )
     try:
+        _refuse_aliases(path, raw_bytes)
         data = yaml.load(raw_bytes, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -206,9 +266,14 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         raise UserError(path, "", "is not a mapping", f"start from the example in the README ({MATRIX_FORMAT_HINT})")
 
     validator = jsonschema.Draft202012Validator(_schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    errors = list(validator.iter_errors(data))
+    # A property whose value fails its own check is also reported as "unevaluated" by the
+    # enclosing schema; that echo names no key of its own: report the real error instead.
+    real = [e for e in errors if not _is_echo(e)]
+    error = jsonschema.exceptions.best_match(real or errors)
     if error is not None:
         raise _schema_error(path, error)
+    _check_numbers(path, data)
 
     defaults: dict[str, Any] = data.get("defaults") or {}
     cells_raw: dict[str, dict[str, Any]] = data["cells"]

@@ -37,7 +37,7 @@ class Merged:
     warnings: list[str] = field(default_factory=list)
 
 
-def _key(record: dict[str, Any]) -> str:
+def _key(record: ItemRecord) -> str:
     return label(record["cell"], record["repro"], record["mode"])
 
 

@@ -8,11 +8,12 @@ import datetime as dt
 import shlex
 from collections.abc import Sequence
 
-from harness.environments import Resolved
+from harness.environments import Environments, Resolved
+from harness.environments.integrity import describe
 from harness.expectations import expectation_for
 from harness.launchers import Launcher, LaunchRequest
 from harness.matrix import Cell
-from harness.outcome import classify
+from harness.outcome import Observation, classify
 from harness.planning import PlannedItem
 from harness.records import ItemId, ItemRecord, item_device, item_record, unobserved_record
 from harness.repro_registry import BrokenRepro, Repro
@@ -34,8 +35,30 @@ def observe_item(
     launcher: Launcher,
     repro_cmd: str,
     gpus: Sequence[str] = (),
+    environments: Environments | None = None,
 ) -> ItemRecord:
-    """Launch one item and return its record (UNRESOLVABLE where the cell has no environment)."""
+    """Launch one item and return its record (UNRESOLVABLE where the cell has no environment).
+
+    With ``environments``, the cell's environment is checked before the item (a damaged one is
+    rebuilt first) and after it: an item during which it changed (a repro that edits
+    site-packages) is INFRA, naming what changed, never a classified outcome."""
+    if environments is None or resolved.env is None:
+        return _observe(run_id, item, repro, resolved, run_dir, launcher, repro_cmd, gpus, None)
+    with environments.ready_for_item(item.cell) as ready:
+        return _observe(run_id, item, repro, ready, run_dir, launcher, repro_cmd, gpus, environments)
+
+
+def _observe(
+    run_id: str,
+    item: PlannedItem,
+    repro: Repro,
+    resolved: Resolved,
+    run_dir: RunDir,
+    launcher: Launcher,
+    repro_cmd: str,
+    gpus: Sequence[str],
+    environments: Environments | None,
+) -> ItemRecord:
     started = now()
     env = resolved.env
     if env is None:
@@ -63,6 +86,12 @@ def observe_item(
     )
     launch = launcher.launch(request)
     observation = classify(item.mode, repro.spec, launch)
+    damaged = environments.damage(env) if environments is not None else []
+    if damaged:
+        reason = f"the cell's environment changed while the item ran: {describe(damaged)}"
+        observation = Observation(Outcome.INFRA, error=observation.error, reasons=(reason,))
+        environments.invalidate(env, reason)  # type: ignore[union-attr]
+        launcher.cell_done(env)  # its pre-imported worker holds modules of the old files
     versions = {**env.packages, "python": env.python_version}
     device = item_device(launch) or ("cuda" if gpus else "cpu")
     record = item_record(
@@ -81,6 +110,8 @@ def observe_item(
         record["launcher_fallback"] = launch.fallback_reason
     if gpus:
         record["gpus_leased"] = list(gpus)
+    if env.repaired:
+        record["environment_repaired"] = env.repaired
     return record
 
 

@@ -132,8 +132,9 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
     if errors:
         if mode == "bug":
             for _, info, rec in errors:
+                verdicts = (rec.get("error") or {}).get("signature_verdicts") or {}
                 for sig in spec.signatures:
-                    if sig.matches(info.type, info.message, rec.get("scenario_facts")):
+                    if sig.matches(info.type, info.message, rec.get("scenario_facts"), verdicts):
                         return Observation(REPRODUCED, signature=sig.id, error=info)
             return Observation(DIFFERENT_ERROR, error=errors[0][1])
         return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))

@@ -22,19 +22,20 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness import __version__
+from harness import __version__, cgroups
 from harness.dispatch import Dispatch
 from harness.environments import Environment, Environments, Resolved
-from harness.errors import EXIT_USAGE
+from harness.errors import EXIT_USAGE, UserError
 from harness.finalize import finalize
 from harness.launchers import LauncherContext, make_launcher
 from harness.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.leftovers import sweep_dead_runs
 from harness.matrix import Cell
 from harness.observe import broken_record, now
 from harness.planning import Plan, PlannedItem, RunOptions, plan_items
 from harness.provenance import host_info
 from harness.records import ItemRecord, key
-from harness.results import ResultsWriteError
+from harness.results import RESULTS_FILE, ResultsWriteError
 from harness.run_dir import RunDir, RunMeta
 from harness.summary import print_summary
 from harness.terminal import plain
@@ -114,6 +115,7 @@ def cell_meta(cell: Cell, resolved: Resolved) -> dict[str, Any]:
         "requested": cell.packages,
         "packages": env.packages,
         "extensions_dir": env.extensions_dir,
+        **({"repaired": env.repaired} if env.repaired else {}),
     }
 
 
@@ -184,7 +186,21 @@ class RunSession:
     def execute(self) -> int:
         run_dir, meta, run_id = self._open()
         with run_dir.locked():
+            if self.resume is None and (run_dir.results_path.exists() or run_dir.meta_path.exists()):
+                # Another run got here first (two runs given one --out).
+                raise UserError(run_dir.path, RESULTS_FILE, "already holds the results of another run", "choose a new --out directory")
+            self._clean_up_after_dead_runs(meta)
             return self._execute(run_dir, meta, run_id)
+
+    def _clean_up_after_dead_runs(self, meta: RunMeta) -> None:
+        swept = sweep_dead_runs()
+        meta["isolation"] = cgroups.describe()
+        if swept:
+            meta.setdefault("swept_at_start", []).append(swept.as_record())
+            self._say(
+                f"cleaned up after a killed run: {len(swept.processes)} processes, "
+                f"{len(swept.shm_segments)} /dev/shm segments, {len(swept.cgroups)} cgroups"
+            )
 
     def _execute(self, run_dir: RunDir, meta: RunMeta, run_id: str) -> int:
         done = {key(r) for r in self.records}
@@ -262,7 +278,7 @@ class RunSession:
                 writer.append(broken_record(run_id, cell, broken))
                 self.records.append(broken_record(run_id, cell, broken))
                 self._say(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})")
-            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running)
+            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments)
             try:
                 for cell_name, items in by_cell.items():
                     cell = items[0].cell
@@ -273,6 +289,8 @@ class RunSession:
                     resolved = self.environments.for_cell(cell)
                     if resolved.env is not None:
                         self._say(f"{cell_name}: environment {resolved.env.key} {how_ready(resolved.env)}")
+                        if resolved.env.repaired:
+                            self._say(f"{cell_name}: {resolved.env.repaired}")
                     else:
                         self._say(f"{cell_name}: environment unavailable\n{resolved.reason}")
                     meta["cells"][cell_name] = cell_meta(cell, resolved)
@@ -285,21 +303,31 @@ class RunSession:
             finally:
                 meta["concurrency"] = dispatch.concurrency()
 
+    def _write_meta(self, run_dir: RunDir, meta: RunMeta) -> None:
+        try:
+            run_dir.write_meta(meta)
+        except OSError as exc:
+            message = f"{run_dir.meta_path}: could not be written ({exc.strerror or exc})"
+            self.write_error = "; ".join(filter(None, [self.write_error, message]))
+
     def _finish(self, run_dir: RunDir, meta: RunMeta) -> int:
         meta["finished_at"] = now()
         if self.interrupted:
             meta["interrupted"] = self.interrupted
         if self.write_error:
             meta["write_error"] = self.write_error
-        run_dir.write_meta(meta)
-        paths = finalize(run_dir)
+        self._write_meta(run_dir, meta)
+        done = finalize(run_dir)
         print_summary(self.console, self.records, self.plan.excluded)
         self._say(f"results: {run_dir.results_path}")
-        for path in paths:
+        for path in done.written:
             self._say(f"report: {path}")
+        if done.failed:
+            self.write_error = "; ".join([*filter(None, [self.write_error]), *done.failed])
+            meta["write_error"] = self.write_error
         # The orchestrator's own high-water mark, the report included (the ranks are not in it).
         meta["orchestrator_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        run_dir.write_meta(meta)
+        self._write_meta(run_dir, meta)
         resume_cmd = shlex.join(["python", "-m", "harness", "run", "--resume", str(run_dir.path)])
         if self.write_error:
             self._say(f"error: {self.write_error}; the records written so far are kept. Free space, then: {resume_cmd}")

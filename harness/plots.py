@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.guard_cost import GuardCost
 from harness.history import PastRun, history_items
+from harness.records import ItemRecord
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -48,7 +49,7 @@ def _width(n: int) -> float:
     return min(16.0, max(10.0, 3.0 + 1.2 * n))
 
 
-def fixed_trainer_plot(records: Sequence[dict[str, Any]]) -> str | None:
+def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
     """Peak memory and step time (median, IQR bar) of the fixed trainer per cell, one bar per repro."""
     fixed = [
         r for r in records if r["mode"] == "fixed" and (r.get("peak_mem_bytes") is not None or r.get("step_time_s"))
@@ -149,12 +150,12 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
         return _svg(fig)
 
 
-def _step_ms(record: dict[str, Any] | None) -> float:
+def _step_ms(record: ItemRecord | None) -> float:
     step = (record or {}).get("step_time_s") or {}
     median = step.get("median")
     return median * 1000 if median is not None else float("nan")
 
 
-def _mib(record: dict[str, Any] | None) -> float:
+def _mib(record: ItemRecord | None) -> float:
     peak = (record or {}).get("peak_mem_bytes")
     return peak / MIB if peak is not None else float("nan")

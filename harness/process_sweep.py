@@ -20,7 +20,7 @@ from pathlib import Path
 TOKEN_VARIABLE = "FT_REGRESS_ITEM_TOKEN"
 
 
-def _live_processes() -> Iterator[tuple[int, list[str]]]:
+def live_processes() -> Iterator[tuple[int, list[str]]]:
     """Every live (not zombie) process but this one: its pid and the fields of its ``stat``
     after the command name (state, ppid, pgrp, session, ...)."""
     me = os.getpid()
@@ -38,7 +38,7 @@ def _live_processes() -> Iterator[tuple[int, list[str]]]:
 def processes_with_token(token: str) -> list[int]:
     needle = f"{TOKEN_VARIABLE}={token}".encode()
     found = []
-    for pid, _ in _live_processes():
+    for pid, _ in live_processes():
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -50,7 +50,7 @@ def processes_with_token(token: str) -> list[int]:
 
 def processes_in_session(session_id: int) -> list[int]:
     """Live processes whose session is ``session_id`` (field 6 of ``/proc/PID/stat``)."""
-    return [pid for pid, fields in _live_processes() if int(fields[3]) == session_id]
+    return [pid for pid, fields in live_processes() if int(fields[3]) == session_id]
 
 
 def _kill_until_gone(find: Callable[[], list[int]], rounds: int) -> list[int]:

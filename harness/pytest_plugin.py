@@ -42,13 +42,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness import options
+from harness import cgroups, options
 from harness.environments import Environments, Resolved
 from harness.errors import UserError
 from harness.finalize import finalize
 from harness.gpu_lease import lease, visible_gpus
 from harness.launchers import Launcher, LauncherContext, make_launcher
 from harness.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.leftovers import sweep_dead_runs
 from harness.observe import broken_record, now, observe_item
 from harness.pipeline import new_run_id, start_meta
 from harness.planning import Plan, PlannedItem, RunOptions, plan_items
@@ -200,6 +201,7 @@ def _start_run(state: ReproSession) -> None:
         state.run_dir = RunDir.create(state.run_dir.path)
     except UserError as exc:
         raise pytest.UsageError(f"{exc.line()} (--repro-out)") from None
+    swept = sweep_dead_runs()
     state.run_dir.write_meta(
         start_meta(
             state.opts,
@@ -209,6 +211,8 @@ def _start_run(state: ReproSession) -> None:
             state.config.invocation_params.args,
             via="pytest",
             gpus_visible=state.gpus,
+            isolation=cgroups.describe(),
+            **({"swept_at_start": [swept.as_record()]} if swept else {}),
         )
     )
 
@@ -370,6 +374,7 @@ class ReproItem(_RecordedItem):
                 launcher=state.item_launcher(),
                 repro_cmd=repro_command(state.opts, self.planned),
                 gpus=gpus,
+                environments=state.environments,
             )
         self._finish(state, record)
 

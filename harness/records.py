@@ -120,6 +120,8 @@ class ItemRecord(TypedDict, total=False):
     launcher: str
     launcher_fallback: str
     gpus_leased: list[str]
+    #: Why the cell's environment was rebuilt before this item (it was found damaged), if it was.
+    environment_repaired: str
     item_dir: str
     started_at: Required[str]
     finished_at: Required[str]

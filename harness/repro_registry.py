@@ -1,25 +1,34 @@
-"""Finds the repros: every module file directly in the ``repros`` package, plus the
-``*.py`` files of any user directories (``--repros-dir``, ``FT_REGRESS_REPROS``).
+"""Finds the repros: the built-in ones (modules of the ``repros`` package, part of the harness)
+and a user's (the files of ``--repros-dir`` directories and ``$FT_REGRESS_REPROS``).
 
-A repro module declares ``SPEC`` (a ``repros.common.spec.ReproSpec``) and a
-``run(ctx)`` function, and keeps heavy imports inside functions, so importing it
-here costs nothing and never pulls in torch. A module that cannot be imported, or
-lacks them, is reported as broken under its file's stem, never silently dropped.
+A user's repro file never runs inside the orchestrator: each is read by a child process
+(``python -m repros.common.describe``) under a time limit, and what comes back is its ``SPEC``
+as data. A file whose import exits the process, changes directory, hangs or raises becomes a
+``BrokenRepro`` with the reason, reported as an ``INFRA`` item under its file's name, never
+silently dropped. Which files are repros is decided statically by the repro kinds
+(``repros/common/kinds``): a helper module beside a repro is not one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pkgutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import repros
-from repros.common.loading import load_repro_module
-from repros.common.spec import ReproSpec
+from harness.environments.inventory import isolated_environ
+from repros.common.kinds import KINDS, kind_of
+from repros.common.spec import ReproSpec, spec_from_data
 
 REPROS_PATH_ENV = "FT_REGRESS_REPROS"
+#: How long reading one user's repro file may take.
+DESCRIBE_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -27,10 +36,15 @@ class Repro:
     spec: ReproSpec
     #: A dotted module name, or the path of a user's repro file.
     module: str
+    kind: str = "module"
 
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @property
+    def builtin(self) -> bool:
+        return not self.module.endswith(tuple(f".{s}" for s in ("py", "yaml", "yml", "toml")))
 
 
 @dataclass(frozen=True)
@@ -43,41 +57,82 @@ class BrokenRepro:
 @dataclass(frozen=True)
 class Discovery:
     repros: dict[str, Repro]
-    #: Modules that could not be imported or lack a SPEC, by their file's stem.
+    #: Files that could not be read or lack a SPEC, by their file's stem.
     broken: dict[str, BrokenRepro]
-
-
-def _candidates(extra_dirs: Sequence[Path]) -> Iterable[tuple[str, str]]:
-    for info in sorted(pkgutil.iter_modules(repros.__path__), key=lambda i: i.name):
-        if not info.ispkg and not info.name.startswith("_"):
-            yield info.name, f"repros.{info.name}"
-    for directory in extra_dirs:
-        for path in sorted(Path(directory).glob("*.py")):
-            if not path.name.startswith("_"):
-                yield path.stem, str(path.resolve())
 
 
 def user_dirs_from_env() -> list[Path]:
     return [Path(p) for p in os.environ.get(REPROS_PATH_ENV, "").split(os.pathsep) if p]
 
 
+def _builtin() -> Iterable[tuple[str, str]]:
+    for info in sorted(pkgutil.iter_modules(repros.__path__), key=lambda i: i.name):
+        if not info.ispkg and not info.name.startswith("_"):
+            yield info.name, f"repros.{info.name}"
+
+
+def user_files(dirs: Sequence[Path]) -> list[Path]:
+    """The files of ``dirs`` that declare a repro of some kind (read, not run)."""
+    found = []
+    for directory in dirs:
+        for path in sorted(Path(directory).iterdir()):
+            if path.is_file() and not path.name.startswith((".", "_")) and kind_of(path) is not None:
+                found.append(path.resolve())
+    return found
+
+
+def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> tuple[ReproSpec | None, str, str]:
+    """(the file's SPEC, its kind, "") or (None, "", why not), read by a child process."""
+    with tempfile.TemporaryDirectory(prefix="ft-regress-describe-") as scratch:
+        out = Path(scratch) / "spec.json"
+        package_root = str(Path(repros.__file__).resolve().parent.parent)
+        env = {**isolated_environ(), "PYTHONPATH": package_root}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "repros.common.describe", str(path), "--out", str(out)],
+                cwd=scratch,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return None, "", f"reading it took more than {timeout_s:.0f} s (does it run something at import?)"
+        if not out.exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            said = f": {' / '.join(tail)}" if tail else ""
+            return None, "", f"the process reading it ended (exit code {done.returncode}) before it said what it is{said}"
+        try:
+            result = json.loads(out.read_text(encoding="utf-8"))
+            if not result.get("ok"):
+                return None, "", str(result.get("error"))
+            return spec_from_data(result["spec"]), str(result.get("kind") or ""), ""
+        except (ValueError, KeyError, TypeError) as exc:
+            return None, "", f"its SPEC is not usable: {exc}"
+
+
 def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
     found: dict[str, Repro] = {}
     broken: dict[str, BrokenRepro] = {}
-    for stem, ref in _candidates([*extra_dirs, *user_dirs_from_env()]):
-        try:
-            module = load_repro_module(ref)
-        except BaseException as exc:  # noqa: BLE001 - a user's repro file may be broken in any way
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            broken[stem] = BrokenRepro(stem, ref, f"cannot be imported: {type(exc).__name__}: {exc}")
-            continue
-        spec = getattr(module, "SPEC", None)
-        if not isinstance(spec, ReproSpec) or not callable(getattr(module, "run", None)):
-            broken[stem] = BrokenRepro(stem, ref, "defines no SPEC (a ReproSpec) and run(ctx)")
-            continue
-        if spec.id in found:
+
+    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str) -> None:
+        if spec is None:
+            broken[stem] = BrokenRepro(stem, ref, reason)
+        elif spec.id in found:
             broken[stem] = BrokenRepro(stem, ref, f"repro id {spec.id!r} is already taken by {found[spec.id].module}")
-            continue
-        found[spec.id] = Repro(spec=spec, module=ref)
+        else:
+            found[spec.id] = Repro(spec=spec, module=ref, kind=kind)
+
+    for stem, ref in _builtin():
+        try:
+            loaded = KINDS[0].load(ref)
+        except Exception as exc:  # noqa: BLE001 - a broken built-in is reported like any broken repro
+            add(stem, ref, None, "", f"cannot be imported: {type(exc).__name__}: {exc}")
+        else:
+            add(stem, ref, loaded.spec, KINDS[0].name, "")
+    for path in user_files([*extra_dirs, *user_dirs_from_env()]):
+        spec, kind, reason = describe_in_child(path)
+        add(path.stem, str(path), spec, kind, reason)
     return Discovery(repros=found, broken=broken)

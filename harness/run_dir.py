@@ -77,6 +77,8 @@ class RunDir:
         run = cls(path)
         if run.results_path.exists() or run.meta_path.exists():
             raise UserError(path, RESULTS_FILE, "already holds the results of another run", "choose a new --out directory")
+        if (run.path / LOCK_FILE).exists():
+            run._refuse_if_locked()
         try:
             run.path.mkdir(parents=True, exist_ok=True)
             probe = run.path / ".write-test"
@@ -130,6 +132,11 @@ class RunDir:
         return ResultsWriter(self.results_path)
 
     # -- lock ----------------------------------------------------------------------------
+    def _refuse_if_locked(self) -> None:
+        """A live run holds this directory (it may not have written anything yet)."""
+        with self.locked():
+            pass
+
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the run directory for as long as a command writes it; refuse a second writer."""

@@ -9,6 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from harness.records import ItemRecord
+from harness.terminal import plain
+from repros.common.outcomes import Outcome
+
 _GOOD = {"PASS", "NOT_REPRODUCED", "REPRODUCED"}
 
 
@@ -29,22 +33,23 @@ def format_step(step: dict[str, Any] | None) -> str:
     return f"{step['median'] * 1000:.0f} ms ±{step['iqr'] * 1000:.0f}"
 
 
-def entry_text(rec: dict[str, Any]) -> Text:
+def entry_text(rec: ItemRecord) -> Text:
     matched = rec.get("matched")
     style = "green" if matched else "bold red"
     text = Text(rec["outcome"], style=style)
     if matched:
         text.append(" ✓", style="green")
-    elif rec["outcome"] == "UNRESOLVABLE":
+    elif rec["outcome"] == Outcome.UNRESOLVABLE:
         text.append(" ✗ no environment", style="red")
+    elif rec.get("expected"):
+        text.append(f" ✗ expected {rec['expected']}", style="red")
     else:
-        expected = rec.get("expected") or "no expectation"
-        text.append(f" ✗ expected {expected}", style="red")
+        text.append(" ✗ no expectation", style="red")
     text.append(f"\n{format_bytes(rec.get('peak_mem_bytes'))} · {format_step(rec.get('step_time_s'))}", style="dim")
     return text
 
 
-def results_table(records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]] = ()) -> Table:
+def results_table(records: Sequence[ItemRecord], excluded: Sequence[dict[str, Any]] = ()) -> Table:
     cells = list(dict.fromkeys([r["cell"] for r in records] + [e["cell"] for e in excluded]))
     rows = list(dict.fromkeys([(r["repro"], r["mode"]) for r in records] + [(e["repro"], e["mode"]) for e in excluded]))
     by_key = {(r["cell"], r["repro"], r["mode"]): r for r in records}
@@ -67,7 +72,7 @@ def results_table(records: Sequence[dict[str, Any]], excluded: Sequence[dict[str
     return table
 
 
-def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded: Sequence[dict[str, Any]] = ()) -> None:
+def print_summary(console: Console, records: Sequence[ItemRecord], excluded: Sequence[dict[str, Any]] = ()) -> None:
     if not records and not excluded:
         console.print("no items ran")
         return
@@ -78,23 +83,24 @@ def print_summary(console: Console, records: Sequence[dict[str, Any]], excluded:
             cells.setdefault(rec["cell"], rec["versions"])
     for cell, versions in cells.items():
         pins = " ".join(f"{k}={v}" for k, v in versions.items() if v)
-        console.print(f"[bold]{cell}[/bold]: {pins}", highlight=False)
+        line = Text(plain(cell), style="bold")
+        line.append(plain(f": {pins}"))
+        console.print(line, highlight=False)
     mismatches = [r for r in records if not r.get("matched")]
     for rec in mismatches:
-        if rec["outcome"] == "UNRESOLVABLE":
+        if rec["outcome"] == Outcome.UNRESOLVABLE:
             verdict = "the cell's environment could not be built"
         else:
             verdict = f"expected {rec.get('expected') or 'nothing (no expectation covers these versions)'}"
-        console.print(
-            f"[red]✗[/red] {rec['cell']}/{rec['repro']}/{rec['mode']}: observed {rec['outcome']}, {verdict}",
-            highlight=False,
-        )
+        line = Text("✗ ", style="red")
+        line.append(plain(f"{rec['cell']}/{rec['repro']}/{rec['mode']}: observed {rec['outcome']}, {verdict}"))
+        console.print(line, highlight=False)
         if rec.get("error"):
             err = rec["error"]
             where = f" (rank {err['rank']})" if err.get("rank") is not None else ""
-            console.print(f"    {err.get('type')}: {err.get('message')}{where}", highlight=False, markup=False)
+            console.print(plain(f"    {err.get('type')}: {err.get('message')}{where}"), highlight=False, markup=False)
         for reason in rec.get("reasons") or []:
-            console.print(f"    {reason.splitlines()[0] if reason else ''}", highlight=False, markup=False)
-        console.print(f"    rerun: {rec.get('repro_cmd')}", highlight=False, markup=False)
+            console.print(plain(f"    {reason.splitlines()[0] if reason else ''}"), highlight=False, markup=False)
+        console.print(plain(f"    rerun: {rec.get('repro_cmd')}"), highlight=False, markup=False)
     matched = sum(1 for r in records if r.get("matched"))
     console.print(f"{matched} of {len(records)} items matched their expectation", highlight=False)

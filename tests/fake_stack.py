@@ -45,7 +45,7 @@ sys.exit(1 if any(codes) else 0)
 FAKE_RANK = """
 import argparse, os, sys, time, traceback, types
 from pathlib import Path
-from repros.common.loading import load_repro_module
+from repros.common.loading import load_repro
 from repros.common.record import write_rank_record
 parser = argparse.ArgumentParser()
 parser.add_argument("--module")
@@ -59,8 +59,7 @@ record = {"rank": rank, "world_size": world, "pid": os.getpid(), "mode": args.mo
 write_rank_record(args.item_dir, rank, record)
 code = 0
 try:
-    module = load_repro_module(args.module)
-    module.run(types.SimpleNamespace(rank=rank, world_size=world, mode=args.mode, facts={}))
+    load_repro(args.module).run(types.SimpleNamespace(rank=rank, world_size=world, mode=args.mode, facts={}))
     record["status"] = "ok"
 except Exception as exc:
     cls = type(exc)

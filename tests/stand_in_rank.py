@@ -3,7 +3,7 @@
 ``--module`` names a behaviour instead of a repro: ``ok`` (records and exits 0), ``raise``
 (rank 0 records an error and exits 1 while rank 1 waits to be stopped), ``kill1`` (rank 1
 SIGKILLs itself, rank 0 waits), ``hang`` (every rank starts a child and both sleep
-forever), ``env`` (records the variables a rank was given). Records are written the way
+forever), ``daemon`` (every rank leaves a daemon behind: new session, empty environment), ``env`` (records the variables a rank was given). Records are written the way
 rank_main writes them, so the orchestrator's classification reads them as usual.
 """
 
@@ -47,6 +47,19 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), signal.SIGKILL)
     if behaviour in ("raise", "kill1"):
         time.sleep(60)  # the leader stops this rank once its peer has failed
+    if behaviour == "daemon":
+        # Escape every sweep but a cgroup: a double fork into a new session with an empty environment.
+        read, write = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild:
+                os.write(write, str(grandchild).encode())
+                os._exit(0)
+            os.execve("/bin/sleep", ["sleep", "600"], {})
+        record["daemon"] = int(os.read(read, 32))
+        os.wait()  # the intermediate child
+        write_rank_record(args.item_dir, rank, record)
     if behaviour == "hang":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         record["child"] = child.pid

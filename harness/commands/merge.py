@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
 from harness.commands.base import Command
+from harness.errors import EXIT_USAGE
 from harness.finalize import finalize
 from harness.merge import merge_runs
 from harness.summary import print_summary
@@ -28,6 +30,9 @@ class MergeCommand(Command):
         for warning in merged.warnings:
             console.print(f"warning: {warning}", highlight=False, markup=False)
         console.print(f"merged {len(args.shards)} shards, {len(merged.records)} records → {args.out}", highlight=False)
-        for path in finalize(merged.run_dir):
+        done = finalize(merged.run_dir)
+        for path in done.written:
             console.print(f"report: {path}", highlight=False, markup=False)
-        return 0
+        for failure in done.failed:
+            print(f"error: a report could not be written: {failure}; retry with: report {args.out}", file=sys.stderr)
+        return EXIT_USAGE if done.failed else 0

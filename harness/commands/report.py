@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
 from harness.commands.base import Command
+from harness.errors import EXIT_USAGE
 from harness.finalize import finalize
+from harness.history import load_history
 from harness.pipeline import exit_status
 from harness.run_dir import RunDir
 from harness.summary import print_summary
+from harness.terminal import plain
 
 
 class ReportCommand(Command):
@@ -28,6 +32,13 @@ class ReportCommand(Command):
             records = run_dir.records()
             meta = run_dir.read_meta()
             print_summary(console, records, meta.get("excluded") or [])
-            for path in finalize(run_dir):
+            done = finalize(run_dir)
+            for path in done.written:
                 console.print(f"report: {path}", highlight=False, markup=False)
-        return exit_status(records)
+        skipped: list[str] = []
+        load_history(run_dir.path, skipped=skipped)
+        for line in skipped:
+            print(f"warning: left out of the history (it cannot be read): {plain(line)}", file=sys.stderr)
+        for failure in done.failed:
+            print(f"error: a report could not be written: {failure}", file=sys.stderr)
+        return EXIT_USAGE if done.failed else exit_status(records)

@@ -9,8 +9,10 @@ cell's items are ``UNRESOLVABLE``. A new provider is one module plus its line in
 
 from __future__ import annotations
 
+import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -22,6 +24,7 @@ from harness.environments.base import (
     default_cache_dir,
     installer_reason,
 )
+from harness.environments.integrity import describe
 from harness.environments.passthrough import PassthroughProvider
 from harness.environments.uv import UvEnvironments, UvProvider
 from harness.matrix import Cell
@@ -44,6 +47,39 @@ class Resolved:
     reason: str = ""
 
 
+class _SharedExclusive:
+    """Items use an environment together (shared); a repair has it alone (exclusive)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._users = 0
+        self._repairing = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._repairing)
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._users -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._repairing and self._users == 0)
+            self._repairing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._repairing = False
+                self._cond.notify_all()
+
+
 class Environments:
     """The run's environments, one answer per cell, from each cell's provider."""
 
@@ -53,6 +89,7 @@ class Environments:
         self._uv: UvEnvironments | None = None
         self._answers: dict[str, Resolved] = {}
         self._lock = threading.Lock()
+        self._use: dict[str, _SharedExclusive] = {}
 
     @property
     def index(self) -> IndexConfig:
@@ -79,9 +116,48 @@ class Environments:
             answer = Resolved(self.provider(cell).get(cell))
         except EnvironmentUnavailable as exc:
             answer = Resolved(None, exc.reason)
+        except (OSError, ValueError, TypeError, KeyError, subprocess.SubprocessError) as exc:
+            # Whatever else goes wrong with one cell's environment (a cache it cannot write,
+            # an interpreter that will not run) is that cell's trouble: the other cells still run.
+            answer = Resolved(None, f"the environment could not be made ready: {type(exc).__name__}: {exc}")
         with self._lock:
             self._answers.setdefault(cell.name, answer)
             return self._answers[cell.name]
+
+    def damage(self, env: Environment) -> list[str]:
+        """What changed in ``env`` since it was built ([] when nothing did; a passthrough
+        interpreter is the caller's own and is not checked)."""
+        return [] if env.passthrough else self.uv.verify(env)
+
+    @contextmanager
+    def ready_for_item(self, cell: Cell) -> Iterator[Resolved]:
+        """The cell's environment, checked whole before the item uses it (rebuilt first if it was
+        damaged, once no other item is using it), and held while the item runs."""
+        resolved = self.for_cell(cell)
+        env = resolved.env
+        if env is None or env.passthrough:
+            yield resolved
+            return
+        with self._lock:
+            use = self._use.setdefault(env.key, _SharedExclusive())
+        problems = self.damage(env)
+        if problems:
+            with use.exclusive():
+                problems = self.damage(env)
+                if problems:
+                    self.invalidate(env, f"damaged before an item of {cell.name}: {describe(problems)}")
+                resolved = self.for_cell(cell)
+        with use.shared():
+            yield resolved
+
+    def invalidate(self, env: Environment, reason: str) -> None:
+        """``env`` was damaged: the next cell that asks for it gets it rebuilt."""
+        if env.passthrough:
+            return
+        self.uv.invalidate(env, reason)
+        with self._lock:
+            for name in [n for n, a in self._answers.items() if a.env is not None and a.env.key == env.key]:
+                del self._answers[name]
 
 
 PROVIDERS: dict[str, Callable[[Environments], EnvironmentProvider]] = {

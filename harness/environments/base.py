@@ -40,6 +40,8 @@ class Environment:
     passthrough: bool = False
     #: How DeepSpeed's ops were installed: the ops prebuilt, the pair cache, the seconds it took.
     deepspeed_ops: dict[str, object] | None = None
+    #: Why this environment was built again (a damaged cached one), if it was.
+    repaired: str | None = None
 
     def version(self, package: str) -> str | None:
         return self.packages.get(package.lower().replace("_", "-"))

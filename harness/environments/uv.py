@@ -36,17 +36,19 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from harness.environments.base import Environment, EnvironmentUnavailable, EnvRequest, installer_reason
+from harness.environments.integrity import damage, describe, write_manifest
 from harness.environments.inventory import list_distributions
 from harness.matrix import Cell
 from harness.package_index import IndexConfig
 
 #: Bump when the way environments are built changes, so old ones are not reused.
 #: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
-RECIPE_VERSION = 3
+#: 4: files copied from uv's cache (never hard-linked), and a manifest to verify them by.
+RECIPE_VERSION = 4
 #: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
 #: ``-g0``: no debug information (Python's own flags ask for it; over torch's headers it
 #: triples the compile time, and the JIT build it replaces had none either).
@@ -151,25 +153,75 @@ class UvEnvironments:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def get(self, request: EnvRequest) -> Environment:
+        """The environment for ``request``: reused when it is whole, else built (or rebuilt once)."""
         key = self.key(request)
         with self._locked(key):
             env_dir = self.env_dir(key)
+            repaired: str | None = None
             if (env_dir / READY_MARKER).exists():
-                record = json.loads((env_dir / ENV_RECORD).read_text())
-                return Environment(**{**record, "reused": True, "build_s": 0.0})
+                env, problem = self._reusable(env_dir)
+                if env is not None:
+                    return env
+                repaired = f"rebuilt: the cached environment {env_dir} was damaged ({problem})"
+            elif (env_dir / "DAMAGED").is_file():
+                repaired = f"rebuilt: {(env_dir / 'DAMAGED').read_text().strip()}"
             if env_dir.exists():
-                shutil.rmtree(env_dir)  # an interrupted or failed build: never reuse it
+                shutil.rmtree(env_dir)  # an interrupted, failed or damaged build: never reuse it
             started = time.perf_counter()
             try:
                 env = self._build(request, key, env_dir)
+            except EnvironmentUnavailable as exc:
+                shutil.rmtree(env_dir, ignore_errors=True)
+                if repaired:
+                    raise EnvironmentUnavailable(f"{repaired}, and the rebuild failed: {exc.reason}", exc.log) from None
+                raise
             except BaseException:
                 shutil.rmtree(env_dir, ignore_errors=True)
                 raise
-            env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started})
+            env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started, "repaired": repaired})
+            write_manifest(env_dir, Path(env.python).parent.parent)
             (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
             (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
             (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
             return env
+
+    def _reusable(self, env_dir: Path) -> tuple[Environment | None, str]:
+        """The cached environment if it is whole, else None and what is wrong with it."""
+        try:
+            record = json.loads((env_dir / ENV_RECORD).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None, f"{ENV_RECORD} is missing"
+        except (OSError, ValueError) as exc:
+            return None, f"{ENV_RECORD} cannot be read ({exc})"
+        if not isinstance(record, dict):
+            return None, f"{ENV_RECORD} is not an object"
+        known = {f.name for f in fields(Environment)}
+        # A newer checkout may add fields: what this one does not know is left out, not fatal.
+        try:
+            env = Environment(**{**{k: v for k, v in record.items() if k in known}, "reused": True, "build_s": 0.0})
+        except TypeError as exc:
+            return None, f"{ENV_RECORD} lacks a field ({exc})"
+        if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
+            return None, f"its interpreter {env.python} is missing"
+        problems = damage(env_dir)
+        if problems:
+            return None, describe(problems)
+        return env, ""
+
+    def verify(self, env: Environment) -> list[str]:
+        """What changed in ``env`` since it was built ([] when nothing did)."""
+        if env.path is None:
+            return []
+        return damage(Path(env.path))
+
+    def invalidate(self, env: Environment, reason: str) -> None:
+        """Mark a damaged environment so the next use rebuilds it (and say why, beside it)."""
+        if env.path is None:
+            return
+        env_dir = Path(env.path)
+        with self._locked(env.key):
+            (env_dir / READY_MARKER).unlink(missing_ok=True)
+            (env_dir / "DAMAGED").write_text(reason + "\n")
 
     def _uv_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"}}
@@ -219,7 +271,9 @@ class UvEnvironments:
         return resolved
 
     def _install_args(self, python: str, request: EnvRequest) -> list[str]:
-        args = ["pip", "install", "--python", python, *self.index.uv_args()]
+        # Copies, never hard links into uv's cache: an edit in one environment must not reach
+        # the cache, a rebuild, or any other environment.
+        args = ["pip", "install", "--link-mode", "copy", "--python", python, *self.index.uv_args()]
         if request.exclude_newer:
             args += ["--exclude-newer", request.exclude_newer]
         return args

@@ -33,7 +33,9 @@ from harness.environments import Environment
 from harness.launchers.base import LaunchRequest
 from harness.launchers.result import LaunchResult, collect_item, read_record, tail
 from harness.launchers.supervision import (
+    end_item_cgroup,
     extensions_in_use,
+    item_cgroup,
     rank_environment,
     signal_group,
     stop_timed_out_item,
@@ -213,6 +215,7 @@ class CellWorker:
         item_dir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(8)
         request_id = token
+        group = item_cgroup(token)
         box: queue.Queue[dict[str, Any]] = queue.Queue()
         with self._lock:
             self._events[request_id] = box
@@ -223,6 +226,7 @@ class CellWorker:
             "mode": mode,
             "world_size": world_size,
             "item_dir": str(item_dir),
+            "cgroup": str(group.path) if group else None,
             # What differs per item from the worker's own environment.
             "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size), **request.extra_env},
         }
@@ -281,6 +285,8 @@ class CellWorker:
                 signal_group(leader, signal.SIGKILL)
                 untrack_in_flight(leader)
                 leftovers += sweep_session(leader)
+            # What left the session (a daemon with a cleared environment) is still in the cgroup.
+            leftovers += end_item_cgroup(group)
             leftovers += sweep(token)
         wall_s = time.perf_counter() - started
         if notes:

@@ -25,10 +25,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import repros
+from harness.cgroups import ItemCgroup
 from harness.environments import Environment
 from harness.launchers.result import read_record
 from harness.process_sweep import TOKEN_VARIABLE
+from repros.common.lifeline import ORCHESTRATOR_VARIABLE, orchestrator_marker
 from repros.common.record import rank_record_path
+
+#: This orchestrator, as its items' processes know it (``pid:start``).
+ORCHESTRATOR = orchestrator_marker()
 
 #: The directory that holds the worker package (``repros``) of this harness.
 WORKER_PACKAGE_DIR = Path(repros.__file__).resolve().parent
@@ -76,9 +81,31 @@ def rank_environment(env: Environment, world_size: int, token: str = "") -> dict
         TRANSFORMERS_OFFLINE="1",
         HF_HUB_DISABLE_TELEMETRY="1",
     )
+    # Which orchestrator the item's processes belong to: a later run stops what a killed one left.
+    base[ORCHESTRATOR_VARIABLE] = ORCHESTRATOR
     if token:
         base[TOKEN_VARIABLE] = token
     return base
+
+
+def with_lifeline(command: list[str], python: str, cgroup: ItemCgroup | None = None) -> list[str]:
+    """``command``, run in the item's cgroup so that it is killed when this process ends."""
+    options = ["--parent", str(os.getpid())] + (["--cgroup", str(cgroup.path)] if cgroup else [])
+    return [python, "-m", "repros.common.lifeline", *options, "--", *command]
+
+
+def item_cgroup(token: str) -> ItemCgroup | None:
+    """A cgroup of its own for the item, where the machine offers them."""
+    return ItemCgroup.create(ORCHESTRATOR, token)
+
+
+def end_item_cgroup(group: ItemCgroup | None) -> list[int]:
+    """Kill whatever is still in the item's cgroup (daemons included), then remove it."""
+    if group is None:
+        return []
+    killed = group.kill_all()
+    group.remove()
+    return killed
 
 
 def signal_group(pgid: int, sig: int) -> bool:

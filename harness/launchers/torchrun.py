@@ -23,12 +23,15 @@ from harness.environments import Environment
 from harness.launchers.base import LauncherContext, LaunchRequest
 from harness.launchers.result import TAIL_BYTES, LaunchResult, collect_item, tail
 from harness.launchers.supervision import (
+    end_item_cgroup,
     extensions_in_use,
+    item_cgroup,
     rank_environment,
     signal_group,
     stop_timed_out_item,
     track_in_flight,
     untrack_in_flight,
+    with_lifeline,
     worker_root,
 )
 from harness.process_sweep import sweep
@@ -80,11 +83,12 @@ def launch_item(request: LaunchRequest) -> LaunchResult:
     item_dir.mkdir(parents=True, exist_ok=True)
     command = torchrun_command(env.python, request.module, request.mode, request.world_size, item_dir)
     token = secrets.token_hex(8)
+    group = item_cgroup(token)
     started = time.perf_counter()
     timed_out = False
     with extensions_in_use(Path(env.extensions_dir)) as stale_locks, open(item_dir / "launcher.log", "wb") as log:
         proc = subprocess.Popen(
-            command,
+            with_lifeline(command, env.python, group),
             cwd=worker_root(),
             env={**rank_environment(env, request.world_size, token), **request.extra_env},
             stdin=subprocess.DEVNULL,
@@ -102,8 +106,9 @@ def launch_item(request: LaunchRequest) -> LaunchResult:
             signal_group(pgid, signal.SIGKILL)
             untrack_in_flight(pgid)
             proc.wait()
-            # The ranks live in sessions of their own: sweep whatever carries the token.
-            leftovers = sweep(token)
+            # The ranks live in sessions of their own: whatever is left in the item's cgroup, then
+            # whatever carries the token, goes.
+            leftovers = end_item_cgroup(group) + sweep(token)
     return collect_item(
         command,
         item_dir,

@@ -41,6 +41,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from repros.common.lifeline import join_cgroup
+
 #: What a rank of any built-in repro imports; each is imported once, here, and a
 #: package the cell lacks is simply reported (its items fail at import as they would).
 DEFAULT_PRELOAD = (
@@ -63,9 +65,16 @@ STOP_GRACE_S = 10.0
 LAUNCHER_RECORD = "launcher.json"
 
 
+class OrchestratorGone(Exception):
+    """The orchestrator closed our input without asking us to exit, or stopped reading replies."""
+
+
 def _reply(stream: Any, event: dict[str, Any]) -> None:
-    stream.write(json.dumps(event) + "\n")
-    stream.flush()
+    try:
+        stream.write(json.dumps(event) + "\n")
+        stream.flush()
+    except (BrokenPipeError, OSError) as exc:
+        raise OrchestratorGone(str(exc)) from None
 
 
 def preload(modules: list[str]) -> tuple[dict[str, float], dict[str, str]]:
@@ -168,7 +177,11 @@ def _run_rank(request: dict[str, Any], rank: int, port: int, host: str, entry: s
 
 
 def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
-    """In the item leader: fork the ranks, supervise them like torchrun, record how each ended."""
+    """In the item leader: fork the ranks, supervise them like torchrun, record how each ended.
+    If the worker that forked it dies (killed with the orchestrator), the leader kills its ranks
+    (its own process group) and itself: nothing of the item outlives the run."""
+    worker = os.getppid()
+    join_cgroup(request.get("cgroup"))
     host = "127.0.0.1"
     port = free_port(host)
     world_size = int(request["world_size"])
@@ -191,6 +204,9 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
     stopped: list[int] = []
     stop_deadline: float | None = None
     while len(codes) < world_size:
+        if os.getppid() != worker:
+            print("the cell's worker is gone: killing the item's ranks", flush=True)
+            os.killpg(0, signal.SIGKILL)
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -274,6 +290,26 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
         },
     )
     leaders: dict[int, str] = {}
+    try:
+        _serve_items(reply, reply_fd, leaders, entry)
+    except OrchestratorGone as exc:
+        # Nobody will time the items out or read their records: end them now.
+        print(f"the orchestrator is gone ({exc}): killing {len(leaders)} item(s) in flight", flush=True)
+        for pid in leaders:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in list(leaders):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        return 1
+    return 0
+
+
+def _serve_items(reply: Any, reply_fd: int, leaders: dict[int, str], entry: str) -> None:
     stdin = sys.stdin.fileno()
     buffer = b""
     open_input = True
@@ -282,7 +318,8 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
         if readable:
             chunk = os.read(stdin, 65536)
             if not chunk:
-                open_input = False  # the orchestrator is gone or done: finish the items in flight
+                # Input closed without an "exit" request: the orchestrator died (or was killed).
+                raise OrchestratorGone("its end of the request pipe closed")
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
@@ -305,7 +342,6 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
             item = leaders.pop(pid, None)
             if item is not None:
                 _reply(reply, {"event": "exited", "id": item, "pid": pid, "code": _exit_code(status)})
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from repros.common.context import Meters, RankContext, installed_versions
-from repros.common.loading import load_repro_module
+from repros.common.lifeline import die_with_parent
+from repros.common.loading import load_repro
 from repros.common.record import ScenarioUnavailable, rank_log_path, write_rank_record
 
 #: How long a collective may block before the process group gives up on its own.
@@ -55,6 +56,16 @@ def _redirect_output(log_path: Path) -> Any:
     return log
 
 
+def _verdicts(spec: Any, error: dict[str, Any], facts: Any) -> dict[str, bool]:
+    verdicts = {}
+    for signature in spec.signatures:
+        try:
+            verdicts[signature.id] = bool(signature.matches(error["type"], error["message"], facts))
+        except Exception:  # noqa: BLE001 - a check that fails does not match
+            verdicts[signature.id] = False
+    return verdicts
+
+
 def _setup_device(local_rank: int, world_size: int) -> tuple[Any, str]:
     import torch
     import torch.distributed as dist
@@ -80,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--item-dir", required=True, type=Path)
     args = parser.parse_args(argv)
 
+    # A rank dies with whatever started it (the item leader, or torchrun): nothing of an item
+    # outlives its launcher, even when the orchestrator above it is killed.
+    die_with_parent(os.getppid())
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -106,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     exit_code = 0
     ctx: RankContext | None = None
+    spec = None
     try:
         device, backend = _setup_device(local_rank, world_size)
         record.update(device=device.type, backend=backend)
@@ -121,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                 record["nccl_version"] = None
         record["phase"] = "import"
         write_rank_record(item_dir, rank, record)
-        module = load_repro_module(args.module)
-        spec = module.SPEC
+        repro = load_repro(args.module)
+        spec = repro.spec
         ctx = RankContext(
             rank=rank,
             local_rank=local_rank,
@@ -135,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             meters=Meters.for_device(device),
         )
         record["phase"] = "run"
-        module.run(ctx)
+        repro.run(ctx)
         record["status"] = "ok"
     except ScenarioUnavailable as exc:
         record["status"] = "unavailable"
@@ -148,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             "message": str(exc),
             "traceback": traceback.format_exc(),
         }
+        if spec is not None:
+            # Signatures with checks of the repro's own are judged here, where their code is; the
+            # orchestrator of a user's repro never runs that code and reads these verdicts.
+            facts = ctx.facts.get("scenario_facts") if ctx is not None else None
+            record["error"]["signature_verdicts"] = _verdicts(spec, record["error"], facts)
         exit_code = 1
         traceback.print_exc()
     finally:

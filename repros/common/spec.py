@@ -51,12 +51,28 @@ class Signature:
     aliases: tuple[str, ...] = ()
     description: str = ""
     facts_checks: tuple[FactsCheck, ...] = ()
+    #: Read from data (a user's repro, described in a child process): its checks are code that
+    #: only the rank that raised ran, so the rank's recorded verdict stands in for them.
+    verdict_from_rank: bool = False
 
-    def matches(self, exception_type: str, message: str, facts: Mapping[str, Any] | None = None) -> bool:
+    @property
+    def declarative(self) -> bool:
+        """Matched on the exception type and the pattern alone (no code of the repro's)."""
+        return not (self.checks or self.facts_checks or self.verdict_from_rank)
+
+    def matches(
+        self,
+        exception_type: str,
+        message: str,
+        facts: Mapping[str, Any] | None = None,
+        rank_verdicts: Mapping[str, bool] | None = None,
+    ) -> bool:
         if exception_type != self.exception and exception_type not in self.aliases:
             return False
         if not re.search(self.pattern, message, flags=re.MULTILINE):
             return False
+        if self.verdict_from_rank:
+            return bool((rank_verdicts or {}).get(self.id))
         if not all(check(message) for check in self.checks):
             return False
         return all(check(facts or {}) for check in self.facts_checks)
@@ -131,3 +147,77 @@ class ReproSpec:
 
     def signature(self, signature_id: str) -> Signature | None:
         return next((s for s in self.signatures if s.id == signature_id), None)
+
+
+# -- as data: what a child process describing a user's repro hands back --------------------------------
+
+
+def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
+    return {
+        "id": spec.id,
+        "title": spec.title,
+        "upstream": list(spec.upstream),
+        "signatures": [
+            {
+                "id": s.id,
+                "exception": s.exception,
+                "pattern": s.pattern,
+                "aliases": list(s.aliases),
+                "description": s.description,
+                "has_checks": bool(s.checks or s.facts_checks or s.verdict_from_rank),
+            }
+            for s in spec.signatures
+        ],
+        "expectations": [
+            {
+                "mode": e.mode,
+                "outcome": str(e.outcome),
+                "when": dict(e.when),
+                "established_by": e.established_by,
+                "note": e.note,
+                "device": e.device,
+            }
+            for e in spec.expectations
+        ],
+        "modes": list(spec.modes),
+        "world_size": spec.world_size,
+        "steps": spec.steps,
+        "warmup_steps": spec.warmup_steps,
+        "description": spec.description,
+    }
+
+
+def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
+    """A ``ReproSpec`` from ``spec_to_data``'s output (validated again on the way in)."""
+    return ReproSpec(
+        id=data["id"],
+        title=str(data["title"]),
+        upstream=tuple(str(u) for u in data["upstream"]),
+        signatures=tuple(
+            Signature(
+                id=str(s["id"]),
+                exception=str(s["exception"]),
+                pattern=str(s["pattern"]),
+                aliases=tuple(str(a) for a in s["aliases"]),
+                description=str(s["description"]),
+                verdict_from_rank=bool(s["has_checks"]),
+            )
+            for s in data["signatures"]
+        ),
+        expectations=tuple(
+            Expectation(
+                mode=str(e["mode"]),
+                outcome=str(e["outcome"]),
+                when={str(k): str(v) for k, v in dict(e["when"]).items()},
+                established_by=str(e["established_by"]),
+                note=str(e["note"]),
+                device=e["device"],
+            )
+            for e in data["expectations"]
+        ),
+        modes=tuple(data["modes"]),
+        world_size=data["world_size"],
+        steps=data["steps"],
+        warmup_steps=data["warmup_steps"],
+        description=str(data["description"]),
+    )

@@ -190,3 +190,26 @@ def test_an_interrupt_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path
     final = read_results(results)
     assert sorted(r["repro"] for r in final) == ["FAULT-HANG", "FAULT-NOISY"]
     assert final[0] == first[0]
+
+
+def test_a_repro_that_edits_site_packages_is_infra_and_the_next_item_gets_a_rebuilt_cell(tmp_path: Path) -> None:
+    # A cell of its own (a date cut-off in the far future resolves the same packages under another
+    # key), so that no other test's items share the environment this one damages.
+    matrix_path = fault_matrix(tmp_path)
+    matrix = yaml.safe_load(matrix_path.read_text())
+    matrix["cells"]["faults"]["exclude_newer"] = "2999-01-01T00:00:00Z"
+    matrix_path.write_text(yaml.safe_dump(matrix))
+    out = tmp_path / "out"
+    proc = subprocess.run(harness(matrix_path, out, "FAULT-DAMAGE,FAULT-NOISY"), capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=3000)
+    log = proc.stdout + proc.stderr
+    records = {r["repro"]: r for r in read_results(out / "results.jsonl")}
+    damage = records["FAULT-DAMAGE"]
+    assert damage["outcome"] == "INFRA" and damage["matched"], log
+    assert "changed while the item ran" in damage["reasons"][0] and "peft/__init__.py was modified" in damage["reasons"][0]
+    after = records["FAULT-NOISY"]
+    assert after["outcome"] == "NOT_REPRODUCED" and "rebuilt" in after["environment_repaired"], log
+    # The edit reached neither the rebuilt environment nor uv's cache it was copied from.
+    peft_init = next(Path(after["env"]["path"]).glob("venv/lib/python*/site-packages/peft/__init__.py"))
+    assert "edited by FAULT-DAMAGE" not in peft_init.read_text()
+    assert proc.returncode == 0, log

@@ -14,8 +14,8 @@ from harness.bisect import BisectOptions, DateAxis, execute_bisect
 from harness.environments import Environment, Resolved
 from harness.matrix import load_matrix
 from harness.repro_registry import discover
-from tests.paths import REPO_ROOT
 from repros.common.spec import MODES
+from tests.paths import REPO_ROOT
 
 FIRST_BAD_DAY = dt.date(2026, 3, 10)
 

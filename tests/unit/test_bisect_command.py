@@ -13,23 +13,90 @@ from harness.bisect_search import Probe, SearchResult
 from harness.errors import UserError
 from harness.matrix import load_matrix
 from harness.package_versions import between, parse_available
-from harness.repro_registry import discover
 from harness.planning import pinned_cell
+from harness.repro_registry import discover
 from harness.rerun import run_command
-from tests.paths import REPO_ROOT
 from repros.common.spec import MODES
+from tests.paths import REPO_ROOT
 
 BAD = ("REPRODUCED", "F1.recompute-shape-0")
 
 
-def test_bad_means_the_bad_endpoints_outcome_and_signature() -> None:
-    assert state_of({"outcome": "REPRODUCED", "signature": "F1.recompute-shape-0"}, BAD) == "bad"
-    assert state_of({"outcome": "NOT_REPRODUCED", "signature": None}, BAD) == "good"
-    # Another failure is not the bad endpoint's failure.
-    assert state_of({"outcome": "DIFFERENT_ERROR", "signature": None}, BAD) == "good"
-    assert state_of({"outcome": "REPRODUCED", "signature": "F1.other"}, BAD) == "good"
+GOOD = ("NOT_REPRODUCED", None)
+
+
+def test_bad_and_good_mean_what_each_endpoint_showed_and_anything_else_is_other() -> None:
+    assert state_of({"outcome": "REPRODUCED", "signature": "F1.recompute-shape-0"}, BAD, GOOD) == "bad"
+    assert state_of({"outcome": "NOT_REPRODUCED", "signature": None}, BAD, GOOD) == "good"
+    # Another failure is neither endpoint's: never counted as good (nor as bad).
+    assert state_of({"outcome": "DIFFERENT_ERROR", "signature": None}, BAD, GOOD) == "other"
+    assert state_of({"outcome": "REPRODUCED", "signature": "F1.other"}, BAD, GOOD) == "other"
     for outcome in ("UNRESOLVABLE", "INFRA", "HANG"):
-        assert state_of({"outcome": outcome, "signature": None}, BAD) == "skip"
+        assert state_of({"outcome": outcome, "signature": None}, BAD, GOOD) == "skip"
+
+
+@pytest.mark.parametrize(
+    ("releases", "final_line_expected", "code"),
+    [
+        # The pre-release cannot run the job at all: it is never called "first good"; beside the
+        # boundary, it leaves the answer open between it and the next release.
+        (
+            ["4.57.6", "5.0.0rc0", "5.0.0", "5.1.0", "5.23.0"],
+            "first good: ambiguous, one of transformers==5.0.0rc0, transformers==5.0.0 (no verdict on: 5.0.0rc0)"
+            "; transformers==5.0.0rc0 failed differently (ImportError)",
+            1,
+        ),
+        # Away from the boundary, it is searched around, and still named.
+        (
+            ["4.57.6", "4.58.0", "5.0.0rc0", "5.0.0rc1", "5.0.0", "5.23.0"],
+            "first good: transformers==5.0.0; transformers==5.0.0rc0 failed differently (ImportError)",
+            0,
+        ),
+    ],
+)
+def test_a_release_that_failed_differently_is_never_good_and_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    releases: list[str],
+    final_line_expected: str,
+    code: int,
+) -> None:
+    from rich.console import Console
+
+    from harness.environments import Environment, Resolved
+
+    monkeypatch.setattr(bisect_mod, "released_versions", lambda package, pre=False: [Version(v) for v in releases])
+
+    class FakeEnvironments:
+        def __init__(self, cache_dir: Path) -> None:
+            pass
+
+        def for_cell(self, cell):  # type: ignore[no-untyped-def]
+            packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
+            return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", True, 0.0))
+
+    def fake_observe(*, resolved, **_):  # type: ignore[no-untyped-def]
+        version = Version(resolved.env.packages["transformers"])
+        if version == Version("5.0.0rc0"):  # the job cannot even start on this pre-release
+            error = {"type": "ImportError", "message": "cannot import name 'x'", "rank": 0}
+            return {"outcome": "DIFFERENT_ERROR", "signature": None, "error": error, "env": {"reused": True}}
+        if version < Version("5.0.0"):
+            return {"outcome": "REPRODUCED", "signature": "F5.no-grad-fn", "error": None, "env": {"reused": True}}
+        return {"outcome": "NOT_REPRODUCED", "signature": None, "error": None, "env": {"reused": True}}
+
+    monkeypatch.setattr(bisect_mod, "Environments", FakeEnvironments)
+    monkeypatch.setattr(bisect_mod, "observe_item", fake_observe)
+    opts = options(repro="F5", package="transformers", good="5.23.0", bad="4.57.6", cache_dir=tmp_path,
+                   out_dir=tmp_path / "out", pre=True)
+    assert bisect_mod.execute_bisect(opts, Console(file=open(tmp_path / "console.txt", "w"))) == code
+    assert capsys.readouterr().out.strip().splitlines()[-1] == final_line_expected
+
+
+def test_a_package_the_cell_does_not_install_is_refused() -> None:
+    with pytest.raises(UserError) as info:
+        bisect_mod.execute_bisect(options(package="no-such-package"), None)  # type: ignore[arg-type]
+    assert info.value.where == "--package" and "does not install it" in info.value.problem
 
 
 def test_final_line_says_first_bad_or_first_good() -> None:

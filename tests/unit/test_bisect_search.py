@@ -83,3 +83,12 @@ def test_non_monotonic_history_is_reported_when_verified() -> None:
 def test_every_boundary_position_is_found(boundary: int) -> None:
     probe, _ = history("g" * boundary + "b" * (10 - boundary))
     assert search(POINTS, probe).boundary == POINTS[boundary]
+
+
+def test_a_point_that_failed_differently_is_searched_around_and_reported() -> None:
+    points = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"]
+    truth = {"1.0": "good", "1.1": "good", "1.2": "other", "1.3": "good", "1.4": "bad", "1.5": "bad"}
+    result = search(points, lambda p, role: truth[p])  # type: ignore[arg-type,return-value]
+    assert result.status == FOUND and result.boundary == "1.4"
+    probed_others = [p.point for p in result.probes if p.state == "other"]
+    assert result.others == probed_others and result.skipped == []

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.launchers.cell_worker import CellWorker, WorkerGone, WorkerPool
+from harness import cgroups
 from harness.environments import Environment
 from harness.launchers import LaunchRequest
+from harness.launchers.cell_worker import CellWorker, WorkerGone, WorkerPool
 from harness.process_sweep import TOKEN_VARIABLE, processes_in_session
-from tests.paths import REPO_ROOT
 from repros.common.cell_server import fork_hazards
 from tests.fake_stack import this_interpreter
+from tests.paths import REPO_ROOT
 
 SERVER_ARGS = ("--preload", "json", "--rank-entry", "tests.stand_in_rank:main")
 
@@ -172,3 +173,59 @@ def test_a_stale_build_lock_is_cleared_when_the_worker_starts_and_recorded(tmp_p
         assert info.stale_build_locks_removed == [str(lock)] and not lock.exists()
     finally:
         worker.close()
+
+
+ORCHESTRATOR_SCRIPT = """
+import sys, threading, time
+from pathlib import Path
+from harness.launchers import LaunchRequest
+from harness.launchers.cell_worker import CellWorker
+from tests.fake_stack import this_interpreter
+tmp = Path(sys.argv[1])
+env = this_interpreter("stand-in", tmp / "ext")
+worker = CellWorker(env, tmp / "worker.log", server_args=tuple(sys.argv[2:]))
+worker.start()
+(tmp / "worker.pid").write_text(str(worker.info.pid))
+request = LaunchRequest(env, "hang", "bug", 2, tmp / "item", 600.0, cell="stand-in")
+threading.Thread(target=worker.launch, args=(request,), daemon=True).start()
+time.sleep(600)
+"""
+
+
+def test_a_sigkilled_orchestrator_takes_its_worker_leader_ranks_and_their_children_with_it(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    orchestrator = subprocess.Popen(
+        [sys.executable, "-c", ORCHESTRATOR_SCRIPT, str(tmp_path), *SERVER_ARGS],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    pids: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(pids) < 4:
+        pids = []
+        for rank in (0, 1):
+            path = tmp_path / "item" / f"rank{rank}.json"
+            record = json.loads(path.read_text()) if path.exists() else {}
+            pids += [p for p in (record.get("pid"), record.get("child")) if p]
+        time.sleep(0.2)
+    assert len(pids) == 4, "the hanging item never started"
+    worker_pid = int((tmp_path / "worker.pid").read_text())
+    pids.append(worker_pid)
+    orchestrator.send_signal(signal.SIGKILL)
+    orchestrator.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert [p for p in pids if _alive(p)] == []
+
+
+@pytest.mark.skipif(cgroups.base()[0] is None, reason=f"no item cgroups here: {cgroups.describe()}")
+def test_a_daemon_that_left_the_session_and_cleared_its_environment_is_killed_with_the_item(worker, tmp_path) -> None:
+    result = worker.launch(item(worker.env, "daemon", 2, tmp_path / "a", 30))
+    daemons = [r["daemon"] for r in result.records.values() if r]
+    assert len(daemons) == 2
+    assert [d for d in daemons if _alive(d)] == []
+    assert set(daemons) <= set(result.leftovers_killed)

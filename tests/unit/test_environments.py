@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import time
@@ -43,7 +44,12 @@ class FakeBuilds(UvEnvironments):
     def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
         self.builds += 1
         env_dir.mkdir(parents=True)
-        (env_dir / "venv").mkdir()
+        (env_dir / "venv" / "bin").mkdir(parents=True)
+        site = env_dir / "venv" / "lib" / "python3.11" / "site-packages" / "peft"
+        site.mkdir(parents=True)
+        (site / "__init__.py").write_text("__version__ = '0.21.2'\n")
+        (env_dir / "venv" / "bin" / "python").write_text("#!/bin/sh\n")
+        (env_dir / "venv" / "bin" / "python").chmod(0o755)
         if self.fail_with is not None:
             raise self.fail_with
         return Environment(
@@ -165,3 +171,87 @@ def test_two_runs_sharing_a_cache_build_an_environment_once(tmp_path: Path) -> N
     pythons = {results.get(timeout=5), results.get(timeout=5)}
     assert len(pythons) == 1
     assert (tmp_path / "builds.log").read_text().count("\n") == 1
+
+
+def site_file(env: Environment) -> Path:
+    return Path(env.python).parent.parent / "lib" / "python3.11" / "site-packages" / "peft" / "__init__.py"
+
+
+def test_a_damaged_cached_environment_is_rebuilt_once_and_says_why(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    first = builds.get(REQUEST)
+    assert builds.verify(first) == [] and builds.get(REQUEST).reused
+    with open(site_file(first), "a") as fh:  # what a repro that edits site-packages does
+        fh.write("raise RuntimeError('patched')\n")
+    assert [f"{site_file(first)} was modified"] == builds.verify(first)
+    again = builds.get(REQUEST)
+    assert builds.builds == 2 and not again.reused
+    assert again.repaired and "was modified" in again.repaired and str(site_file(first)) in again.repaired
+    assert "patched" not in site_file(again).read_text() and builds.get(REQUEST).reused
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda env_dir, env: Path(env.python).unlink(),
+        lambda env_dir, env: (env_dir / "env.json").write_text("{not json"),
+        lambda env_dir, env: (env_dir / "env.json").unlink(),
+        lambda env_dir, env: (env_dir / "env.json").write_text("[1, 2]"),
+        lambda env_dir, env: (env_dir / "manifest.json").unlink(),
+        lambda env_dir, env: (Path(env.python).parent / "sitecustomize.py").write_text("import os\n"),
+    ],
+    ids=["python deleted", "env.json garbage", "env.json missing", "env.json a list", "no manifest", "file added"],
+)
+def test_every_kind_of_damage_is_detected_and_rebuilt(tmp_path: Path, damage: Any) -> None:
+    builds = FakeBuilds(tmp_path)
+    first = builds.get(REQUEST)
+    damage(Path(first.path), first)
+    again = builds.get(REQUEST)
+    assert builds.builds == 2 and again.repaired
+
+
+def test_a_field_written_by_a_newer_checkout_is_not_damage(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    first = builds.get(REQUEST)
+    record = json.loads((Path(first.path) / "env.json").read_text())
+    (Path(first.path) / "env.json").write_text(json.dumps({**record, "written_by_a_newer_checkout": 1}))
+    assert builds.get(REQUEST).reused and builds.builds == 1
+
+
+def test_a_damaged_environment_whose_rebuild_fails_is_unavailable_with_both_reasons(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    first = builds.get(REQUEST)
+    Path(first.python).unlink()
+    builds.fail_with = EnvironmentUnavailable("No solution found when resolving")
+    with pytest.raises(EnvironmentUnavailable) as info:
+        builds.get(REQUEST)
+    assert "interpreter" in info.value.reason and "No solution found" in info.value.reason
+
+
+def test_an_invalidated_environment_is_rebuilt_by_the_next_run(tmp_path: Path) -> None:
+    builds = FakeBuilds(tmp_path)
+    first = builds.get(REQUEST)
+    builds.invalidate(first, "changed while an item ran")
+    assert (Path(first.path) / "DAMAGED").read_text().startswith("changed while an item ran")
+    assert not builds.get(REQUEST).reused and builds.builds == 2
+
+
+def test_one_cells_broken_environment_leaves_the_others_ready(tmp_path: Path) -> None:
+    from harness.environments import Environments
+    from harness.matrix import Cell
+
+    envs = Environments(tmp_path, IndexConfig())
+    envs._uv = FakeBuilds(tmp_path)  # real keying, reuse and damage checks; no uv
+
+    def cell(name: str, peft: str) -> Cell:
+        packages = {**REQUEST.packages, "peft": peft}
+        return Cell(name, packages, ("ci",), 2, "3.11", 60.0, None, False, None)
+
+    good, bad = cell("good", "==0.21.2"), cell("bad", "==0.21.1")
+    broken = envs.uv.get(EnvRequest(bad.packages, "3.11", None))
+    Path(broken.python).unlink()
+    envs.uv.fail_with = PermissionError(13, "Permission denied", str(tmp_path))  # the rebuild cannot write
+    answer = envs.for_cell(bad)
+    assert answer.env is None and "PermissionError" in answer.reason
+    envs.uv.fail_with = None
+    assert envs.for_cell(good).env is not None

@@ -9,10 +9,10 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from harness.guard_cost import guard_costs
-from harness.history import load_history
 from harness import html_report
 from harness.finalize import FinishedRun
+from harness.guard_cost import guard_costs
+from harness.history import load_history
 from harness.html_report import REPORT_FILE, render_report
 from harness.run_dir import RunDir
 from tests.unit.report_fixture import EXCLUDED, HOSTILE, MIB, records, write_reports

@@ -39,3 +39,27 @@ def test_one_testcase_per_item_with_failures_and_skips(tmp_path: Path) -> None:
     assert "<b>boom</b> & more" in failure.text and "rerun: python -m harness run --cells old" in failure.text
     assert isinstance(cases["old::F5/fixed"].result[0], Skipped)
     assert suite.failures == 1 and suite.skipped == 1 and suite.tests == 3
+
+
+CONTROL = "\x1b[31mred\x1b[0m \x00nul \x07bell \x1b]0;title\x07 \ud800"
+
+
+def test_control_characters_in_a_message_are_written_as_escapes_and_the_xml_parses(tmp_path: Path) -> None:
+    record = {
+        "cell": "c\x1b",
+        "repro": "F1",
+        "mode": "bug",
+        "outcome": "DIFFERENT_ERROR",
+        "matched": False,
+        "expected": "REPRODUCED",
+        "signature": None,
+        "wall_s": 1.0,
+        "error": {"type": "RuntimeError", "message": CONTROL, "rank": 0},
+        "reasons": [CONTROL],
+        "repro_cmd": "rerun",
+    }
+    path = tmp_path / "junit.xml"
+    write_junit(path, "run-\x1b", [record], [{"cell": "c", "repro": "F2", "mode": "bug", "reason": CONTROL}])
+    suite = next(iter(JUnitXml.fromfile(str(path))))
+    (failure,) = next(c for c in suite if c.name == "F1/bug").result
+    assert "\\x1b[31mred\\x1b[0m \\x00nul \\x07bell" in failure.text and "\x1b" not in path.read_text()

@@ -124,3 +124,48 @@ def test_a_stale_jit_build_lock_is_cleared_only_when_nobody_uses_the_directory(t
         fcntl.flock(other, fcntl.LOCK_UN)
     with extensions_in_use(tmp_path) as removed:  # alone: the lock is a killed build's leftover
         assert removed == [str(baton)] and not baton.exists()
+
+
+ORCHESTRATOR_SCRIPT = """
+import sys
+from pathlib import Path
+from harness.launchers import LaunchRequest
+from harness.launchers.torchrun import launch_item
+from tests.fake_stack import this_interpreter
+tmp = Path(sys.argv[1])
+launch_item(LaunchRequest(this_interpreter("fake", tmp / "ext"), "repros.f1_zero3_frozen_ckpt", "bug", 2,
+                          tmp / "item", 600.0))
+"""
+
+
+def test_what_a_sigkilled_orchestrator_left_running_is_swept_by_the_next_run(
+    fake_env: Environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    from harness.leftovers import sweep_dead_runs
+    from tests.paths import REPO_ROOT
+
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "hang")
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ['PYTHONPATH']}"}
+    orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, env=env)
+    pids: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(pids) < 4:
+        pids = []
+        for rank in (0, 1):
+            path = tmp_path / "item" / f"rank{rank}.json"
+            record = json.loads(path.read_text()) if path.exists() else {}
+            pids += [p for p in (record.get("pid"), record.get("worker_pid")) if p]
+        time.sleep(0.2)
+    assert len(pids) == 4, "the hanging item never started"
+    orchestrator.kill()
+    orchestrator.wait()
+    time.sleep(0.5)
+    # torchrun died with its orchestrator; its ranks, in sessions of their own, did not.
+    assert any(alive(p) for p in pids)
+    swept = sweep_dead_runs()
+    time.sleep(0.5)
+    assert [p for p in pids if alive(p)] == []
+    assert set(pids) & set(swept.processes) or swept.cgroups

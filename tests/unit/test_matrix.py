@@ -12,8 +12,8 @@ import pytest
 from harness.errors import UserError
 from harness.matrix import load_matrix
 from harness.repro_registry import discover
-from tests.paths import REPO_ROOT
 from repros.common.spec import MODES
+from tests.paths import REPO_ROOT
 
 REPROS = ("F1", "F5")
 
@@ -227,3 +227,41 @@ def test_cli_refuses_to_mix_a_new_run_into_old_results(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2 and "already holds the results of another run" in proc.stderr
     assert (out / "results.jsonl").read_text() == '{"kept": true}\n'
+
+
+def test_a_bad_value_names_its_own_field_not_an_unknown_key(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace("    world_size: 1", "    world_size: 0"))
+    assert err.field == "cells.beta.world_size" and "minimum" in err.problem and "unknown key" not in err.problem
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "0", "1.0e+9"])
+def test_a_timeout_that_is_no_timeout_is_refused(tmp_path: Path, value: str) -> None:
+    # NaN would make every item a false HANG, infinity would never time out.
+    err = error_for(tmp_path, GOOD.replace("  world_size: 2\n", f"  world_size: 2\n  timeout_s: {value}\n"))
+    assert err.field == "defaults.timeout_s"
+
+
+@pytest.mark.parametrize("other", ["Torch", "TORCH"])
+def test_two_spellings_of_one_package_are_refused(tmp_path: Path, other: str) -> None:
+    err = error_for(tmp_path, GOOD.replace('packages: {torch: "==2.13.0",', f'packages: {{torch: "==2.13.0", {other}: "==2.12.1",'))
+    assert err.field == f"defaults.packages.{other}" and "same package as 'torch'" in err.problem
+
+
+def test_underscore_and_dash_spellings_are_one_package(tmp_path: Path) -> None:
+    text = GOOD.replace('packages: {deepspeed: "==0.19.2", bitsandbytes: null}',
+                        'packages: {deep_speed: "==1.0", deep-speed: "==2.0"}')
+    err = error_for(tmp_path, text)
+    assert err.field == "cells.beta.packages.deep-speed" and "deep_speed" in err.problem
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n" for prev, name in zip("abcdefgh", "bcdefghi")
+    )
+    err = error_for(tmp_path, bomb + GOOD)
+    assert err.field == "line 1" and "anchor or alias" in err.problem
+
+
+def test_a_huge_matrix_file_is_refused(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD + "#" + "x" * (2 << 20) + "\n")
+    assert "more than a matrix needs" in err.problem

@@ -17,8 +17,8 @@ import pytest
 from junitparser import JUnitXml
 
 from harness.results import read_results
-from tests.paths import REPO_ROOT
 from tests import fake_stack
+from tests.paths import REPO_ROOT
 
 OBSERVED = ("cell", "repro", "mode", "outcome", "signature", "expected", "matched", "versions", "world_size", "error",
             "reasons", "repro_cmd")
@@ -35,7 +35,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     fake_stack.write_repro(repros, "T2", "clean", "NOT_REPRODUCED", world_size=1, sleep=0.5)
     fake_stack.write_repro(repros, "T3", "other", "REPRODUCED", sleep=0.5)  # DIFFERENT_ERROR
     fake_stack.write_repro(repros, "T4", "clean", "NOT_REPRODUCED", world_size=5)
-    (repros / "t9_broken.py").write_text("raise ImportError('no such thing')\n")
+    (repros / "t9_broken.py").write_text("raise ImportError('no such thing')\nSPEC = None  # declared, never reached\n")
     fake_stack.write_matrix(
         root / "matrix.yaml", ["a", "b"], extra={"exclude": [{"cell": "b", "repro": "T2", "reason": "not here"}]}
     )

@@ -182,3 +182,12 @@ def test_lines_that_are_not_records_are_refused_with_the_line_number(tmp_path: P
 def test_a_record_missing_its_identity_is_not_a_record() -> None:
     with pytest.raises(ValueError, match="has no cell"):
         parse_record({"schema_version": 1, "repro": "F1", "mode": "bug", "outcome": "PASS"})
+
+
+def test_a_huge_error_message_is_capped_in_the_record_with_its_length_kept() -> None:
+    from harness.records import MAX_MESSAGE_CHARS, error_summary
+
+    summary = error_summary("ValueError", "x" * 10_000_000, 0)
+    assert len(summary["message"]) == MAX_MESSAGE_CHARS and summary["full_message_chars"] == 10_000_000
+    assert "full_message_chars" not in error_summary("ValueError", "short\nsecond line", 1)
+    assert error_summary("ValueError", "\n\nfirst real line\nmore", 1)["message"] == "first real line"

@@ -14,9 +14,9 @@ import pytest
 from junitparser import JUnitXml
 
 from harness.results import read_results
-from tests.paths import REPO_ROOT
 from harness.shard import assign, durations_from, parse_shard
 from tests import fake_stack
+from tests.paths import REPO_ROOT
 
 REPROS = "T1,T2,T3,T4"
 #: What must be equal between the merged shards and the unsharded run, item by item.

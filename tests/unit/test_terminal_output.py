@@ -61,3 +61,24 @@ def test_a_piped_run_writes_results_junit_and_html_without_colour_codes(tmp_path
     assert JUnitXml.fromfile(str(out / "junit.xml")).failures == 2
     page = (out / "index.html").read_text()
     assert "has no torch installed" in page and 'id="matrix"' in page
+
+
+def test_escape_codes_from_a_run_never_reach_the_terminal_and_merge_can_be_retried(tmp_path: Path) -> None:
+    from tests.unit.report_fixture import records, write_run
+
+    hostile = records("run-c")
+    for rec in hostile:
+        if rec.get("error"):
+            rec["error"]["message"] = "\x1b[2J\x1b[31mcleared\x1b[0m \x00 and a NUL"
+            rec["reasons"] = ["\x1b]0;hijacked title\x07"]
+    shard = write_run(tmp_path / "shard", "run-c", "2026-11-20T10:00:00+00:00", hostile)
+    done = piped("report", str(shard))
+    assert ESC not in done.stdout + done.stderr and "\\x1b[2J" in done.stdout
+    assert JUnitXml.fromfile(str(shard / "junit.xml")) is not None
+    merged = tmp_path / "merged"
+    first = piped("merge", str(merged), str(shard))
+    assert first.returncode == 0, first.stderr and ESC not in first.stdout
+    assert (merged / "junit.xml").is_file() and (merged / "index.html").is_file()
+    # A merge into a directory that already holds a run is refused, and nothing of it is touched.
+    again = piped("merge", str(merged), str(shard))
+    assert again.returncode == 2 and "choose a new OUT directory" in again.stderr

@@ -1,0 +1,100 @@
+"""One item observed: what the launcher saw, classified, checked against the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.environments import Environments, Resolved
+from harness.launchers import LaunchRequest
+from harness.launchers.result import LaunchResult
+from harness.matrix import Cell
+from harness.observe import observe_item
+from harness.package_index import IndexConfig
+from harness.planning import PlannedItem
+from harness.repro_registry import discover
+from harness.run_dir import RunDir
+from tests.unit.test_environments import REQUEST, FakeBuilds, site_file
+
+
+class DamagingLauncher:
+    """A launcher whose 'ranks' run clean but edit a file of the environment on the way."""
+
+    name = "stand-in"
+
+    def __init__(self, damage: bool) -> None:
+        self.damage = damage
+        self.retired: list[str] = []
+
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        if self.damage:
+            with open(site_file(request.env), "a") as fh:
+                fh.write("# patched by a repro\n")
+        ok: dict[str, Any] = {"status": "ok", "device": "cpu", "train": {}}
+        return LaunchResult(["stand-in"], 0, False, 0.1, 2, {0: {**ok, "rank": 0}, 1: {**ok, "rank": 1}})
+
+    def cell_done(self, env: Any) -> None:
+        self.retired.append(env.key)
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+CELL = Cell("c", dict(REQUEST.packages), ("ci",), 2, "3.11", 60.0, None, False, None)
+
+
+def observe(
+    tmp_path: Path, damage: bool, envs: Environments | None = None
+) -> tuple[dict, Environments, DamagingLauncher]:
+    if envs is None:
+        envs = Environments(tmp_path / "cache", IndexConfig())
+        envs._uv = FakeBuilds(tmp_path / "cache")
+    cell = CELL
+    repro = discover().repros["F1"]
+    launcher = DamagingLauncher(damage)
+    record = observe_item(
+        run_id="r",
+        item=PlannedItem(cell, "F1", repro.module, "bug", 2),
+        repro=repro,
+        resolved=envs.for_cell(cell),
+        run_dir=RunDir(tmp_path / "run"),
+        launcher=launcher,
+        repro_cmd="rerun",
+        environments=envs,
+    )
+    return dict(record), envs, launcher
+
+
+def test_a_clean_item_in_a_whole_environment_is_classified(tmp_path: Path) -> None:
+    record, _, launcher = observe(tmp_path, damage=False)
+    assert record["outcome"] == "NOT_REPRODUCED" and launcher.retired == []
+
+
+def test_an_item_that_damages_its_environment_is_infra_naming_the_file_and_forces_a_rebuild(tmp_path: Path) -> None:
+    record, envs, launcher = observe(tmp_path, damage=True)
+    assert record["outcome"] == "INFRA"
+    assert "changed while the item ran" in record["reasons"][0] and "peft/__init__.py was modified" in record["reasons"][0]
+    assert launcher.retired  # the cell's pre-imported worker holds the old modules: it goes
+    # The next item of the cell, in the same run, gets the environment rebuilt first.
+    after, _, _ = observe(tmp_path, damage=False, envs=envs)
+    assert after["outcome"] == "NOT_REPRODUCED" and "changed while an item ran" not in str(after["reasons"])
+    assert "rebuilt" in after["environment_repaired"] and envs.uv.builds == 2  # type: ignore[attr-defined]
+    again: Resolved = envs.for_cell(CELL)
+    assert again.env is not None and "patched" not in site_file(again.env).read_text()
+
+
+def test_an_environment_damaged_between_runs_is_rebuilt_before_the_next_item(tmp_path: Path) -> None:
+    envs = Environments(tmp_path / "cache", IndexConfig())
+    envs._uv = FakeBuilds(tmp_path / "cache")
+    env = envs.for_cell(CELL).env
+    assert env is not None
+    with open(site_file(env), "a") as fh:
+        fh.write("# edited by hand\n")
+    record, _, _ = observe(tmp_path, damage=False, envs=envs)
+    assert record["outcome"] == "NOT_REPRODUCED" and "peft/__init__.py was modified" in record["environment_repaired"]
