@@ -31,6 +31,7 @@ class Dispatch:
         environments: Environments | None = None,
     ) -> None:
         self.environments = environments
+        self.known = [r.spec for r in opts.discovery.repros.values()]
         self.opts = opts
         self.run_id = run_id
         self.run_dir = run_dir
@@ -68,6 +69,7 @@ class Dispatch:
                 repro_cmd=repro_command(self.opts, item),
                 gpus=gpus,
                 environments=self.environments,
+                known=self.known,
             )
 
     def collect(self, block: bool) -> None:

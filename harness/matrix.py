@@ -43,6 +43,8 @@ class Cell:
     description: str = ""
     #: The matrix cell this one was derived from (by --pin or bisect), if any.
     origin: str | None = None
+    #: The test model's size (``repros/common/tiny_models.py``): ``tiny`` or ``small``.
+    model: str = "tiny"
 
     @property
     def provider(self) -> str:
@@ -322,6 +324,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             passthrough=passthrough,
             repros=tuple(cell_repros) if cell_repros is not None else None,
             description=str(raw.get("description", "")),
+            model=str(raw.get("model", defaults.get("model", "tiny"))),
         )
 
     excludes: list[Exclude] = []

@@ -73,6 +73,7 @@ def options_record(opts: RunOptions) -> dict[str, Any]:
         "reports_dir": str(opts.reports_dir),
         "launcher": opts.launcher,
         "jobs": opts.jobs,
+        "model": opts.model,
     }
 
 
@@ -157,12 +158,21 @@ def exit_status(records: Sequence[ItemRecord]) -> int:
 class RunSession:
     """One ``run`` (or ``run --resume``) into one run directory."""
 
-    def __init__(self, opts: RunOptions, console: Console, argv: Sequence[str], resume: Path | None) -> None:
+    def __init__(
+        self,
+        opts: RunOptions,
+        console: Console,
+        argv: Sequence[str],
+        resume: Path | None,
+        plan: Plan | None = None,
+        kind: str = "run",
+    ) -> None:
         self.opts = opts
         self.console = console
         self.argv = argv
         self.resume = resume
-        self.plan = plan_items(opts)
+        self.kind = kind
+        self.plan = plan if plan is not None else plan_items(opts)
         assert opts.cache_dir is not None
         self.environments = Environments(opts.cache_dir)
         self.records: list[ItemRecord] = []
@@ -178,7 +188,8 @@ class RunSession:
             return run_dir, meta, str(meta.get("run_id") or self.resume.name)
         run_id = new_run_id()
         run_dir = RunDir.create(self.opts.out_dir or (self.opts.reports_dir / run_id))
-        return run_dir, start_meta(self.opts, self.plan, run_id, self.environments, self.argv), run_id
+        meta = start_meta(self.opts, self.plan, run_id, self.environments, self.argv, kind=self.kind)
+        return run_dir, meta, run_id
 
     def _say(self, text: str) -> None:
         self.console.print(plain(text), highlight=False, markup=False)
@@ -318,7 +329,8 @@ class RunSession:
             meta["write_error"] = self.write_error
         self._write_meta(run_dir, meta)
         done = finalize(run_dir)
-        print_summary(self.console, self.records, self.plan.excluded)
+        if self.kind == "run":
+            print_summary(self.console, self.records, self.plan.excluded)
         self._say(f"results: {run_dir.results_path}")
         for path in done.written:
             self._say(f"report: {path}")

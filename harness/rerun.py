@@ -17,6 +17,7 @@ def run_command(
     pins: tuple[tuple[str, str], ...],
     cache_dir: Path | None,
     repros_dirs: tuple[Path, ...] = (),
+    model: str | None = None,
 ) -> str:
     args = ["python", "-m", "harness", "run", "--matrix", str(matrix), "--cells", cell.origin or cell.name]
     args += ["--repros", repro, "--modes", mode]
@@ -26,9 +27,13 @@ def run_command(
         args += ["--repros-dir", str(Path(directory).resolve())]
     if cache_dir is not None:
         args += ["--cache-dir", str(cache_dir)]
+    if model:
+        args += ["--model", model]
     return shlex.join(args)
 
 
 def repro_command(opts: RunOptions, item: PlannedItem) -> str:
     cache = opts.cache_dir if opts.cache_dir_given else None
-    return run_command(opts.matrix.path, item.cell, item.repro_id, item.mode, opts.pins, cache, opts.repros_dirs)
+    return run_command(
+        opts.matrix.path, item.cell, item.repro_id, item.mode, opts.pins, cache, opts.repros_dirs, opts.model
+    )
