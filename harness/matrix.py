@@ -111,18 +111,40 @@ MAX_MATRIX_BYTES = 1 << 20
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
-def _refuse_aliases(path: Path, raw: bytes) -> None:
-    """YAML anchors and aliases are refused: a few lines of them expand to gigabytes (a
-    'billion laughs'), and a matrix has ``defaults:`` for what cells share."""
-    for event in yaml.parse(raw, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            line = event.start_mark.line + 1
-            raise UserError(
-                path,
-                f"line {line}",
-                "uses a YAML anchor or alias",
-                "write the values out (what every cell shares goes under 'defaults:')",
-            )
+#: The most values a matrix may expand to, its YAML aliases followed: a real one has a few hundred.
+MAX_EXPANDED_VALUES = 100_000
+
+
+def _refuse_alias_bombs(path: Path, raw: bytes) -> None:
+    """YAML aliases may share a value (a generated matrix does, for twin cells), but a few
+    lines of aliases to aliases expand to billions of values (a 'billion laughs'), which
+    validating or printing would follow: count the expanded values first and refuse that."""
+    root = yaml.compose(raw, Loader=yaml.SafeLoader)
+    if root is None:
+        return
+    sizes: dict[int, int] = {}
+
+    def expanded(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once: it cannot be followed forever
+        if isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(expanded(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total = 1 + sum(expanded(k) + expanded(v) for k, v in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = total
+        return total
+
+    total = expanded(root)
+    if total > MAX_EXPANDED_VALUES:
+        raise UserError(
+            path,
+            f"line {root.start_mark.line + 1}",
+            f"expands to {total} values through its YAML aliases",
+            "write the values out, or share less (what every cell shares goes under 'defaults:')",
+        )
 
 
 def _is_echo(error: jsonschema.ValidationError) -> bool:
@@ -257,7 +279,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             path, "", f"is {len(raw_bytes)} bytes, more than a matrix needs", f"keep it under {MAX_MATRIX_BYTES} bytes"
         )
     try:
-        _refuse_aliases(path, raw_bytes)
+        _refuse_alias_bombs(path, raw_bytes)
         data = yaml.load(raw_bytes, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -162,10 +162,8 @@ def test_what_a_sigkilled_orchestrator_left_running_is_swept_by_the_next_run(
     assert len(pids) == 4, "the hanging item never started"
     orchestrator.kill()
     orchestrator.wait()
-    time.sleep(0.5)
-    # torchrun died with its orchestrator; its ranks, in sessions of their own, did not.
-    assert any(alive(p) for p in pids)
-    swept = sweep_dead_runs()
+    # torchrun died with its orchestrator; its ranks, in sessions of their own, did not: the next
+    # run sweeps them (here, or any other run that starts meanwhile on this machine).
+    sweep_dead_runs()
     time.sleep(0.5)
     assert [p for p in pids if alive(p)] == []
-    assert set(pids) & set(swept.processes) or swept.cgroups
