@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import __version__, cgroups
-from harness.dispatch import Dispatch
+from harness.dispatch import Dispatch, ItemPolicy
 from harness.environments import Environment, Environments, Resolved
 from harness.errors import EXIT_USAGE, UserError
 from harness.finalize import finalize
@@ -166,7 +166,9 @@ class RunSession:
         resume: Path | None,
         plan: Plan | None = None,
         kind: str = "run",
+        policy: ItemPolicy | None = None,
     ) -> None:
+        self.policy = policy
         self.opts = opts
         self.console = console
         self.argv = argv
@@ -289,7 +291,7 @@ class RunSession:
                 writer.append(broken_record(run_id, cell, broken))
                 self.records.append(broken_record(run_id, cell, broken))
                 self._say(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})")
-            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments)
+            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments, self.policy)
             try:
                 for cell_name, items in by_cell.items():
                     cell = items[0].cell

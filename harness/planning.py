@@ -102,7 +102,7 @@ def broken_label(cell: Cell, broken: BrokenRepro) -> str:
     return ItemId(cell.name, broken.id, "bug").label()
 
 
-def _selected_cells(opts: RunOptions) -> list[Cell]:
+def selected_cells(opts: RunOptions) -> list[Cell]:
     matrix = opts.matrix
     if opts.cells:
         for name in opts.cells:
@@ -132,7 +132,7 @@ def plan_items(opts: RunOptions) -> Plan:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
     plan = Plan()
-    for cell in _selected_cells(opts):
+    for cell in selected_cells(opts):
         for stem, broken in sorted(opts.discovery.broken.items()):
             if not opts.repros or stem in opts.repros:
                 plan.broken.append((cell, broken))

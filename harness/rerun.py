@@ -34,6 +34,22 @@ def run_command(
 
 def repro_command(opts: RunOptions, item: PlannedItem) -> str:
     cache = opts.cache_dir if opts.cache_dir_given else None
+    scenario = item.params.get("scenario")
+    if isinstance(scenario, dict):
+        # A grid combination: the grid, restricted to it, in its cell.
+        args = ["python", "-m", "harness", "grid", "--matrix", str(opts.matrix.path), "--cells", item.cell.name]
+        for axis, value in scenario.items():
+            args += ["--only", f"{axis}={value}"]
+        if opts.model:
+            args += ["--model", opts.model]
+        return shlex.join(args + (["--cache-dir", str(cache)] if cache else []))
+    variant = item.params.get("variant")
+    if variant:
+        args = ["python", "-m", "harness", "costs", "--matrix", str(opts.matrix.path), "--cells", item.cell.name]
+        args += ["--repros", item.repro_id, "--variants", str(variant), "--model", item.cell.model]
+        for directory in opts.repros_dirs:
+            args += ["--repros-dir", str(Path(directory).resolve())]
+        return shlex.join(args + (["--cache-dir", str(cache)] if cache else []))
     return run_command(
         opts.matrix.path, item.cell, item.repro_id, item.mode, opts.pins, cache, opts.repros_dirs, opts.model
     )

@@ -11,6 +11,7 @@ from harness.commands.bisect import BisectCommand
 from harness.commands.catalog import CatalogCommand
 from harness.commands.compare import CompareCommand
 from harness.commands.costs import CostsCommand
+from harness.commands.grid import GridCommand
 from harness.commands.listing import ListCommand
 from harness.commands.merge import MergeCommand
 from harness.commands.report import ReportCommand
@@ -22,6 +23,7 @@ COMMANDS: tuple[type[Command], ...] = (
     BisectCommand,
     BenchCommand,
     CostsCommand,
+    GridCommand,
     CompareCommand,
     ReportCommand,
     ListCommand,

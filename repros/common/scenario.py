@@ -33,6 +33,10 @@ class Scenario:
     input_require_grads: bool = False
     #: FSDP2 only: also put the root module under the layers' mixed-precision policy.
     fsdp_root_mixed_precision: bool = False
+    #: After training: ``none``, ``save-reload`` (save the adapter, load it into a fresh model),
+    #: ``merge`` (merge it into the base) or ``sync`` (by name into an inference target),
+    #: each checked by its logits (``repros/common/after_training.py``).
+    after_training: str = "none"
     #: After training, sync the weights into an inference target (F4).
     sync_weights: bool = False
     merge_before_sync: bool = False
