@@ -54,11 +54,23 @@ def _compare(facts: dict[str, Any], got: Any, reference: Any, base: Any, bf16: b
     return diff
 
 
+def reference_logits(trained: Any, scenario: Scenario) -> Any:
+    """The trained model's logits on its own batch, float32 on CPU: a forward of the wrapped model
+    (every rank takes it under ZeRO-3 / FSDP), in the precision it trained in (DeepSpeed's bf16
+    casts the weights; DDP and FSDP train under autocast when bf16, in float32 otherwise)."""
+    import torch
+
+    wrapped, batch = trained.wrapped, trained.batch
+    wrapped.eval()
+    autocast = scenario.bf16 and trained.engine != "deepspeed"
+    with torch.no_grad(), torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=autocast):
+        return wrapped(input_ids=batch).logits.float().cpu()
+
+
 def save_reload(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> None:
     from repros.common.silent_failures import ReloadedAdapterDiffers
-    from repros.common.weight_sync import reference_logits
 
-    reference = reference_logits(trained)  # every rank: a forward of the wrapped model
+    reference = reference_logits(trained, scenario)  # every rank: a forward of the wrapped model
     with tempfile.TemporaryDirectory(prefix="ft-regress-adapter-") as directory:
         if ctx.rank == 0:
             trained.model.save_pretrained(directory)  # as users write it: nothing gathered first
@@ -85,9 +97,9 @@ def merge(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> 
 
     from repros.common.silent_failures import MergedModelDiffers
     from repros.common.tiny_models import tiny_qwen2
-    from repros.common.weight_sync import gather_full, merge_copy, reference_logits
+    from repros.common.weight_sync import gather_full, merge_copy
 
-    reference = reference_logits(trained)
+    reference = reference_logits(trained, scenario)
     gathered = gather_full(trained.model, ctx.rank == 0)  # a collective under ZeRO-3
     if gathered is not None:
         _, full = gathered
