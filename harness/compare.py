@@ -141,6 +141,9 @@ def compare_runs(
         was, now = before["outcome"], after["outcome"]
         if before.get("matched") and not after.get("matched"):
             changes.append(Change(NEW_REGRESSION, label, _outcome(before), _outcome(after), _why_unmatched(after)))
+        elif after.get("scenario") and was == "PASS" and now != "PASS":
+            # A grid combination that trained and now does not: a regression, expectation or not.
+            changes.append(Change(NEW_REGRESSION, label, was, now, "a combination that trained no longer does"))
         if not before.get("matched") and after.get("matched"):
             changes.append(Change(NOW_MATCHES, label, _outcome(before), _outcome(after)))
         if key[2] == "fixed" and was == "PASS" and now != "PASS":

@@ -4,9 +4,9 @@
 says what each value changes in a scenario), combinations that make no sense (``exclude``, each
 with its reason), combinations every lane must run (``include``: the documented scenarios), how a
 lane covers the rest (``coverage``: ``pairwise``, every pair of axis values at least once, by
-allpairspy; or ``product``, every combination), and what is expected of a combination
-(``expect``: rules over axis values and package versions, each with the command that established
-it). A combination no rule covers is reported, not failed, unless it regressed against the
+covertable, which honours the exclusions as constraints and refuses to leave a pair uncovered;
+or ``product``, every combination), and what is expected of a combination (``expect``: rules
+over axis values and package versions, each with the command that established it). A combination no rule covers is reported, not failed, unless it regressed against the
 previous grid run.
 
 Each combination runs unguarded, as users write it, and is classified against every repro's
@@ -194,15 +194,21 @@ def combinations(grid: Grid, coverage: str, axes: Mapping[str, tuple[str, ...]])
         rest = (dict(zip(names, values, strict=True)) for values in itertools.product(*(axes[a] for a in names)))
         chosen += [c for c in rest if allowed(c) and c not in chosen]
         return chosen
-    from allpairspy import AllPairs
+    from covertable import make
 
-    def partial_ok(row: list[str]) -> bool:
-        partial = dict(zip(names, row, strict=False))
-        return not any(e.covers_partial(partial) for e in grid.exclude)
-
-    seeds = [[c[a] for a in names] for c in chosen]
-    for row in AllPairs([list(axes[a]) for a in names], filter_func=partial_ok, previously_tested=seeds or None):
-        combination = dict(zip(names, row, strict=True))
+    constraints = [
+        {
+            "operator": "not",
+            "condition": {
+                "operator": "and",
+                "conditions": [{"operator": "in", "left": axis, "values": list(values)} for axis, values in e.match.items()],
+            },
+        }
+        for e in grid.exclude
+    ]
+    rows = make({a: list(axes[a]) for a in names}, constraints=constraints or None, presets=[dict(c) for c in chosen] or None)
+    for row in rows:
+        combination = {a: row[a] for a in names}
         if allowed(combination) and combination not in chosen:
             chosen.append(combination)
     return chosen
