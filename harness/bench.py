@@ -93,16 +93,20 @@ def bare_torchrun(env: Environment, item: PlannedItem, spec: ReproSpec, item_dir
             item_dir=item_dir,
             timeout_s=item.cell.timeout_s,
             cell=item.cell.name,
+            params=item.launch_params(),
         )
     )
     observation = classify(item.mode, spec, launch)
-    # The step time exactly as a harness record gives it (metrics), so A and B compare.
-    steps = slowest_rank_per_step([rec for rec in launch.records.values() if rec], "step_time")
+    # The step times exactly as a harness record gives them (metrics), so A and B compare.
+    ranks = [rec for rec in launch.records.values() if rec]
+    steps = slowest_rank_per_step(ranks, "step_time")
+    cpu = slowest_rank_per_step(ranks, "step_cpu_time")
     return {
         "wall_s": launch.wall_s,
         "outcome": observation.outcome,
         "signature": observation.signature,
         "step_s": steps["median"] if steps else None,
+        "step_cpu_s": cpu["median"] if cpu else None,
     }
 
 
@@ -114,6 +118,8 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
     command = [sys.executable, "-m", "harness", "run", "--matrix", str(opts.matrix.path), "--out", str(out)]
     command += ["--cells", ",".join(cells), "--repros", ",".join(repros), "--modes", ",".join(modes)]
     command += ["--jobs", str(jobs), "--launcher", "worker"]
+    if opts.model:
+        command += ["--model", opts.model]
     if opts.cache_dir_given and opts.cache_dir is not None:
         command += ["--cache-dir", str(opts.cache_dir)]
     started = time.perf_counter()
@@ -262,6 +268,10 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
                 "runs": runs,
                 "step_s_bare": [b["step_s"] for b in bare[label]],
                 "step_s_harness": [(h["records"][key].get("step_time_s") or {}).get("median") for h in harness],
+                "step_cpu_s_bare": [b["step_cpu_s"] for b in bare[label]],
+                "step_cpu_s_harness": [
+                    (h["records"][key].get("step_cpu_time_s") or {}).get("median") for h in harness
+                ],
             }
         )
     bare_totals = [sum(bare[i.id.label()][r]["wall_s"] for i in items) for r in range(bench.rounds)]
@@ -278,6 +288,8 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
         jit_ops_in_environments=jit_ops_present(envs.values()),
     )
     result["step_time_spread"] = step_time_spread(per_item)
+    result["step_cpu_time_spread"] = step_time_spread(per_item, "step_cpu_s")
+    result["model"] = opts.model or "each cell's own"
 
     machine = Machine.detect()
     demand = Demand.for_item(max(i.world_size for i in items), machine)
@@ -303,13 +315,14 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
     return 0 if identical else 1
 
 
-def step_time_spread(per_item: list[dict[str, Any]]) -> dict[str, Any]:
-    """The fixed trainer's median step time, run to run: each item's (max - min) / median."""
+def step_time_spread(per_item: list[dict[str, Any]], figure: str = "step_s") -> dict[str, Any]:
+    """The fixed trainer's median step time (``step_s``: wall; ``step_cpu_s``: process CPU time),
+    run to run: each item's (max - min) / median."""
     rows = []
     for row in per_item:
         if not row["item"].endswith("/fixed"):
             continue
-        values = [v for v in [*row["step_s_bare"], *row["step_s_harness"]] if v]
+        values = [v for v in [*row.get(f"{figure}_bare", []), *row.get(f"{figure}_harness", [])] if v]
         if len(values) >= 2:
             mid = statistics.median(values)
             rows.append({"item": row["item"], "median_s": mid, "spread": (max(values) - min(values)) / mid})
@@ -359,13 +372,15 @@ def print_bench(console: Console, result: dict[str, Any]) -> None:
         f"max {_fmt(max(warm.values()), 's', 2)} over {len(warm)} cells"
     )
     console.print(f"JIT-built ops in the environments: {result['jit_ops_in_environments']}")
-    spread = result["step_time_spread"]
-    console.print(
-        f"fixed trainer's step time run to run ((max-min)/median over {2 * result['rounds']} runs each): "
-        f"median {_fmt((spread['median_spread'] or 0) * 100, '%', 0)}, max {_fmt((spread['max_spread'] or 0) * 100, '%', 0)}"
-    )
-    for row in spread["items"]:
-        console.print(f"  {row['item']}: {row['median_s'] * 1000:.0f} ms ± {row['spread'] * 50:.0f}%")
+    for key, what in (("step_time_spread", "wall"), ("step_cpu_time_spread", "process CPU")):
+        spread = result[key]
+        console.print(
+            f"fixed trainer's {what} time per step, run to run ((max-min)/median over {2 * result['rounds']} runs "
+            f"each; model {result['model']}): median {_fmt((spread['median_spread'] or 0) * 100, '%', 1)}, "
+            f"max {_fmt((spread['max_spread'] or 0) * 100, '%', 1)}"
+        )
+        for row in spread["items"]:
+            console.print(f"  {row['item']}: {row['median_s'] * 1000:.0f} ms, spread {row['spread'] * 100:.1f}%")
     jobs = result["jobs"]
     line = f"--jobs: here ({jobs['machine']}) {jobs['items_at_once_here']} item(s) at once"
     if "wall_s" in jobs:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.figures import comparable_memory, comparable_steps
 from harness.records import ItemRecord
 from repros.common.outcomes import Outcome
 
@@ -65,11 +66,12 @@ class Change:
     detail: str = ""
 
 
-Key = tuple[str, str, str]
+Key = tuple[str, str, str, str]
 
 
 def _key(record: ItemRecord) -> Key:
-    return record["cell"], record["repro"], record["mode"]
+    # The same item at another model size is another item (its figures are not comparable).
+    return record["cell"], record["repro"], record["mode"], str(record.get("model") or "tiny")
 
 
 def _error_type(record: ItemRecord) -> str | None:
@@ -96,23 +98,19 @@ def _mib(n: float) -> str:
 
 def _performance(label: str, old: ItemRecord, new: ItemRecord, limits: Thresholds) -> list[Change]:
     changes = []
-    old_mem, new_mem = old.get("peak_mem_bytes"), new.get("peak_mem_bytes")
-    # A CPU peak RSS is comparable only between the same launchers: a rank forked from a
-    # cell's worker never touches the pages of the imports it does not use (~60 MiB less).
-    same_launcher = old.get("launcher", "torchrun") == new.get("launcher", "torchrun")
-    comparable = old.get("peak_mem_kind") == new.get("peak_mem_kind") and (
-        same_launcher or old.get("peak_mem_kind") != "cpu_peak_rss"
-    )
-    if old_mem and new_mem and comparable:
+    memory = comparable_memory(old, new)
+    if memory is not None:
+        old_mem, new_mem, what = memory[0].bytes, memory[1].bytes, memory[0].what
         delta = new_mem - old_mem
-        if abs(delta) > max(limits.relative * old_mem, limits.memory_floor_bytes):
+        if old_mem > 0 and abs(delta) > max(limits.relative * old_mem, limits.memory_floor_bytes):
             kind = MEMORY_WORSE if delta > 0 else MEMORY_BETTER
-            changes.append(Change(kind, label, _mib(old_mem), _mib(new_mem), f"{delta / old_mem:+.0%}"))
-    old_t, new_t = old.get("step_time_s"), new.get("step_time_s")
-    if old_t and new_t:
+            changes.append(Change(kind, label, _mib(old_mem), _mib(new_mem), f"{delta / old_mem:+.0%} ({what})"))
+    times = comparable_steps(old, new)
+    if times is not None:
+        old_t, new_t, what = times[0].summary, times[1].summary, times[0].what
         delta = new_t["median"] - old_t["median"]
         noise = limits.spread_factor * max(old_t.get("iqr") or 0.0, new_t.get("iqr") or 0.0)
-        if abs(delta) > max(limits.relative * old_t["median"], limits.time_floor_s, noise):
+        if old_t["median"] > 0 and abs(delta) > max(limits.relative * old_t["median"], limits.time_floor_s, noise):
             kind = TIME_WORSE if delta > 0 else TIME_BETTER
             changes.append(
                 Change(
@@ -120,7 +118,7 @@ def _performance(label: str, old: ItemRecord, new: ItemRecord, limits: Threshold
                     label,
                     f"{old_t['median'] * 1000:.0f} ms",
                     f"{new_t['median'] * 1000:.0f} ms",
-                    f"{delta / old_t['median']:+.0%} (noise ±{noise * 1000:.0f} ms)",
+                    f"{delta / old_t['median']:+.0%} {what} (noise ±{noise * 1000:.0f} ms)",
                 )
             )
     return changes
@@ -132,7 +130,7 @@ def compare_runs(
     old_by, new_by = {_key(r): r for r in old}, {_key(r): r for r in new}
     changes: list[Change] = []
     for key in sorted(set(old_by) | set(new_by)):
-        label = "/".join(key)
+        label = "/".join(key[:3]) + ("" if key[3] == "tiny" else f" ({key[3]} model)")
         before, after = old_by.get(key), new_by.get(key)
         if before is None:
             changes.append(Change(ADDED, label, "-", _outcome(after)))  # type: ignore[arg-type]
@@ -143,6 +141,9 @@ def compare_runs(
         was, now = before["outcome"], after["outcome"]
         if before.get("matched") and not after.get("matched"):
             changes.append(Change(NEW_REGRESSION, label, _outcome(before), _outcome(after), _why_unmatched(after)))
+        elif after.get("scenario") and was == "PASS" and now != "PASS":
+            # A grid combination that trained and now does not: a regression, expectation or not.
+            changes.append(Change(NEW_REGRESSION, label, was, now, "a combination that trained no longer does"))
         if not before.get("matched") and after.get("matched"):
             changes.append(Change(NOW_MATCHES, label, _outcome(before), _outcome(after)))
         if key[2] == "fixed" and was == "PASS" and now != "PASS":

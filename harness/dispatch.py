@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 from harness.environments import Environment, Environments, Resolved
@@ -14,9 +15,21 @@ from harness.launchers import Launcher, kill_in_flight
 from harness.observe import observe_item
 from harness.planning import PlannedItem, RunOptions
 from harness.records import ItemRecord
+from harness.repro_registry import Repro
 from harness.rerun import repro_command
 from harness.run_dir import RunDir
 from harness.scheduler import Demand, Machine, Slots
+
+
+@dataclass
+class ItemPolicy:
+    """What a command adds around its items (``grid``): the repro an item runs, where it is not a
+    discovered repro; the expectation of a record, where it is not the repro's; and the items a
+    finished one asks for next (a known failure run again through the guards)."""
+
+    repro_for: Callable[[PlannedItem], Repro] | None = None
+    annotate: Callable[[ItemRecord], None] | None = None
+    follow_ups: Callable[[PlannedItem, ItemRecord], list[PlannedItem]] | None = None
 
 
 class Dispatch:
@@ -29,8 +42,12 @@ class Dispatch:
         on_record: Callable[[ItemRecord], None],
         on_progress: Callable[[int], None] = lambda running: None,
         environments: Environments | None = None,
+        policy: ItemPolicy | None = None,
     ) -> None:
+        self.policy = policy or ItemPolicy()
+        self.futures: dict[Future[ItemRecord | None], tuple[PlannedItem, Resolved]] = {}
         self.environments = environments
+        self.known = [r.spec for r in opts.discovery.repros.values()]
         self.opts = opts
         self.run_id = run_id
         self.run_dir = run_dir
@@ -46,13 +63,16 @@ class Dispatch:
         threads = opts.jobs or self.machine.cpus
         self.executor = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="item")
 
-    def submit(self, items: list[PlannedItem], resolved: Resolved) -> None:
+    def submit(self, items: list[PlannedItem], resolved: Resolved, collect: bool = True) -> None:
         for item in items:
             self.left_in_cell[item.cell.name] = self.left_in_cell.get(item.cell.name, 0) + 1
             if resolved.env is not None:
                 self.env_of_cell[item.cell.name] = resolved.env
-            self.pending.add(self.executor.submit(self._observe, item, resolved))
-        self.collect(block=False)
+            future = self.executor.submit(self._observe, item, resolved)
+            self.futures[future] = (item, resolved)
+            self.pending.add(future)
+        if collect:
+            self.collect(block=False)
 
     def _observe(self, item: PlannedItem, resolved: Resolved) -> ItemRecord | None:
         with self.slots.hold(Demand.for_item(item.world_size, self.machine)) as gpus:
@@ -61,23 +81,33 @@ class Dispatch:
             return observe_item(
                 run_id=self.run_id,
                 item=item,
-                repro=self.opts.discovery.repros[item.repro_id],
+                repro=(
+                    self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id]
+                ),
                 resolved=resolved,
                 run_dir=self.run_dir,
                 launcher=self.launcher,
                 repro_cmd=repro_command(self.opts, item),
                 gpus=gpus,
                 environments=self.environments,
+                known=self.known,
             )
 
     def collect(self, block: bool) -> None:
         done, _ = wait(self.pending, timeout=0.2 if block else 0, return_when=FIRST_COMPLETED)
         for future in done:
             self.pending.discard(future)
+            item, resolved = self.futures.pop(future)
             record = future.result()
             if record is None or self.stop.is_set():
                 continue
+            if self.policy.annotate:
+                self.policy.annotate(record)
             self.on_record(record)
+            if self.policy.follow_ups:
+                # Submitted before this item is counted done, so the cell's worker is kept for them.
+                for follow_up in self.policy.follow_ups(item, record):
+                    self.submit([follow_up], resolved, collect=False)
             cell = record["cell"]
             self.left_in_cell[cell] -= 1
             if self.left_in_cell[cell] == 0 and cell in self.env_of_cell:

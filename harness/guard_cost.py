@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.figures import comparable_memory, comparable_steps, memory, steps
 from harness.records import ItemRecord
 
 NOISE_FACTOR = 2.0
@@ -31,6 +32,8 @@ class GuardCost:
     #: Twice the larger IQR of the two step times: a smaller change is noise.
     step_noise_s: float | None
     note: str
+    #: Which step time: "CPU" (process CPU time per step) or "wall".
+    step_what: str | None = None
 
     @property
     def label(self) -> str:
@@ -64,8 +67,8 @@ def guard_ids(record: ItemRecord) -> tuple[str, ...]:
 
 
 def _median(record: ItemRecord) -> float | None:
-    step = record.get("step_time_s") or {}
-    return step.get("median")
+    found = steps(record)
+    return found.summary["median"] if found else None
 
 
 def _note(guards: tuple[str, ...], step_delta: float | None, noise: float | None) -> str:
@@ -78,28 +81,29 @@ def _note(guards: tuple[str, ...], step_delta: float | None, noise: float | None
 
 def _cost(bug: ItemRecord, fixed: ItemRecord) -> GuardCost:
     guards = guard_ids(fixed)
-    same_kind = bug.get("peak_mem_kind") == fixed.get("peak_mem_kind")
-    bug_step, fixed_step = _median(bug), _median(fixed)
-    noise = None
-    if bug_step is not None and fixed_step is not None:
-        iqrs = [(r.get("step_time_s") or {}).get("iqr") or 0.0 for r in (bug, fixed)]
-        noise = NOISE_FACTOR * max(iqrs)
-    delta = fixed_step - bug_step if bug_step is not None and fixed_step is not None else None
+    memory = comparable_memory(bug, fixed)
+    timed = comparable_steps(bug, fixed)
+    bug_step = fixed_step = noise = delta = None
+    if timed is not None:
+        bug_step, fixed_step = timed[0].summary["median"], timed[1].summary["median"]
+        noise = NOISE_FACTOR * max(timed[0].summary.get("iqr") or 0.0, timed[1].summary.get("iqr") or 0.0)
+        delta = fixed_step - bug_step
     note = _note(guards, delta, noise)
-    if not same_kind:
+    if memory is None:
         note = "; ".join(filter(None, [note, "memory measured differently in the two modes: not compared"]))
     return GuardCost(
         cell=fixed["cell"],
         repro=fixed["repro"],
         guards=guards,
         fixed_outcome=fixed["outcome"],
-        mem_kind=fixed.get("peak_mem_kind"),
-        bug_mem=bug.get("peak_mem_bytes") if same_kind else None,
-        fixed_mem=fixed.get("peak_mem_bytes") if same_kind else None,
+        mem_kind=memory[1].kind if memory else None,
+        bug_mem=memory[0].bytes if memory else None,
+        fixed_mem=memory[1].bytes if memory else None,
         bug_step_s=bug_step,
         fixed_step_s=fixed_step,
         step_noise_s=noise,
         note=note,
+        step_what=timed[0].what if timed else None,
     )
 
 
@@ -117,9 +121,9 @@ def guard_costs(records: Sequence[ItemRecord]) -> tuple[list[GuardCost], list[Un
             why = "bug mode did not run in this cell"
         elif bug["outcome"] != "NOT_REPRODUCED":
             why = f"bug mode ended {bug['outcome']}: no clean unguarded run to price the guards against"
-        elif fixed.get("peak_mem_bytes") is None and _median(fixed) is None:
+        elif memory(fixed) is None and _median(fixed) is None:
             why = f"fixed mode ended {fixed['outcome']} without measurements"
-        elif bug.get("peak_mem_bytes") is None and _median(bug) is None:
+        elif memory(bug) is None and _median(bug) is None:
             why = "bug mode recorded no measurements"
         else:
             priced.append(_cost(bug, fixed))

@@ -23,9 +23,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from harness import __version__
+from harness.costs import entries as cost_entries
 from harness.guard_cost import guard_costs
 from harness.history import PastRun, history_items, load_history
-from harness.plots import fixed_trainer_plot, guard_cost_plot, history_plot
+from harness.plots import costs_plot, fixed_trainer_plot, guard_cost_plot, history_plot
 from harness.records import ItemRecord
 from harness.summary import format_bytes, format_step
 from repros.common.outcomes import Outcome
@@ -62,6 +63,10 @@ _RECORD_DEFAULTS: dict[str, Any] = {
     "peak_mem_bytes": None,
     "peak_mem_kind": None,
     "step_time_s": None,
+    "train_peak_mem_bytes": None,
+    "train_peak_mem_kind": None,
+    "step_cpu_time_s": None,
+    "model": "tiny",
     "wall_s": 0.0,
     "error": None,
     "reasons": [],
@@ -171,10 +176,12 @@ def render_report(
     planned = [p for p in meta.get("planned") or [] if isinstance(p, str)]
     cells, table = _matrix(records, excluded, planned, finished=bool(meta.get("finished_at")))
     priced, unpriced = guard_costs(records)
+    costs = cost_entries([records]) if any(r.get("variant") for r in records) else []
     script = _static("report.js")
     plots = {
         "fixed": fixed_trainer_plot(records),
         "guards": guard_cost_plot(priced),
+        "costs": costs_plot(costs),
         "history": history_plot(history),
     }
     template = _environment().get_template("report.html.j2")
@@ -190,6 +197,7 @@ def render_report(
         cell_versions=_cell_versions(records, meta),
         priced=priced,
         unpriced=unpriced,
+        costs=costs,
         history_runs=list(history),
         history_skipped=list(history_skipped),
         history_rows=_history(history),

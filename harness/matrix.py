@@ -43,6 +43,8 @@ class Cell:
     description: str = ""
     #: The matrix cell this one was derived from (by --pin or bisect), if any.
     origin: str | None = None
+    #: The test model's size (``repros/common/tiny_models.py``): ``tiny`` or ``small``.
+    model: str = "tiny"
 
     @property
     def provider(self) -> str:
@@ -73,6 +75,8 @@ class Matrix:
     lanes: dict[str, str]
     default_lane: str | None
     excludes: tuple[Exclude, ...]
+    #: The config grid (``harness/grid.py``), where the matrix declares one.
+    grid: Any = None
 
     def cells_in_lane(self, lane: str) -> list[Cell]:
         if lane not in self.lanes:
@@ -344,6 +348,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             passthrough=passthrough,
             repros=tuple(cell_repros) if cell_repros is not None else None,
             description=str(raw.get("description", "")),
+            model=str(raw.get("model", defaults.get("model", "tiny"))),
         )
 
     excludes: list[Exclude] = []
@@ -371,6 +376,8 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     if default_lane is not None and default_lane not in lanes:
         raise UserError(path, "default_lane", f"unknown lane {default_lane!r}", f"use one of: {', '.join(lanes)}")
 
+    from harness.grid import load_grid
+
     return Matrix(
         path=path.resolve(),
         sha256=hashlib.sha256(raw_bytes).hexdigest(),
@@ -378,4 +385,5 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         lanes=lanes,
         default_lane=default_lane,
         excludes=tuple(excludes),
+        grid=load_grid(path, data.get("grid"), lanes),
     )

@@ -13,12 +13,13 @@ from harness.environments.integrity import describe
 from harness.expectations import expectation_for
 from harness.launchers import Launcher, LaunchRequest
 from harness.matrix import Cell
-from harness.outcome import Observation, classify
+from harness.outcome import Observation, classify, classify_scenario
 from harness.planning import PlannedItem
 from harness.records import ItemId, ItemRecord, item_device, item_record, unobserved_record
 from harness.repro_registry import BrokenRepro, Repro
 from harness.run_dir import RunDir
 from repros.common.outcomes import Outcome
+from repros.common.spec import ReproSpec
 
 
 def now() -> str:
@@ -36,6 +37,7 @@ def observe_item(
     repro_cmd: str,
     gpus: Sequence[str] = (),
     environments: Environments | None = None,
+    known: Sequence[ReproSpec] = (),
 ) -> ItemRecord:
     """Launch one item and return its record (UNRESOLVABLE where the cell has no environment).
 
@@ -43,9 +45,9 @@ def observe_item(
     rebuilt first) and after it: an item during which it changed (a repro that edits
     site-packages) is INFRA, naming what changed, never a classified outcome."""
     if environments is None or resolved.env is None:
-        return _observe(run_id, item, repro, resolved, run_dir, launcher, repro_cmd, gpus, None)
+        return _observe(run_id, item, repro, resolved, run_dir, launcher, repro_cmd, gpus, None, known)
     with environments.ready_for_item(item.cell) as ready:
-        return _observe(run_id, item, repro, ready, run_dir, launcher, repro_cmd, gpus, environments)
+        return _observe(run_id, item, repro, ready, run_dir, launcher, repro_cmd, gpus, environments, known)
 
 
 def _observe(
@@ -58,6 +60,7 @@ def _observe(
     repro_cmd: str,
     gpus: Sequence[str],
     environments: Environments | None,
+    known: Sequence[ReproSpec],
 ) -> ItemRecord:
     started = now()
     env = resolved.env
@@ -77,15 +80,20 @@ def _observe(
     request = LaunchRequest(
         env=env,
         module=item.module,
-        mode=item.mode,
+        mode=item.rank_mode or item.mode,
         world_size=item.world_size,
         item_dir=item_dir,
         timeout_s=item.cell.timeout_s,
         cell=item.cell.name,
         extra_env={"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {},
+        params=item.launch_params(),
     )
     launch = launcher.launch(request)
-    observation = classify(item.mode, repro.spec, launch)
+    if item.runs_as_written:
+        own = None if "scenario" in item.params else repro.spec
+        observation = classify_scenario(own, launch, known)
+    else:
+        observation = classify(item.mode, repro.spec, launch)
     damaged = environments.damage(env) if environments is not None else []
     if damaged:
         reason = f"the cell's environment changed while the item ran: {describe(damaged)}"
@@ -112,6 +120,11 @@ def _observe(
         record["gpus_leased"] = list(gpus)
     if env.repaired:
         record["environment_repaired"] = env.repaired
+    record["model"] = item.cell.model
+    if "variant" in item.params:
+        record["variant"] = str(item.params["variant"])
+    if "scenario" in item.params:
+        record["scenario"] = dict(item.params["scenario"])  # type: ignore[call-overload]
     return record
 
 

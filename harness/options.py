@@ -97,6 +97,9 @@ OPTIONS: dict[str, Option] = {
                "(default 1; 0: as many as fit)", kind="int", metavar="N"),
         Option("reports_dir", ("--reports-dir",), "where run directories go (default: reports)", kind="path",
                default=lambda: Path("reports")),
+        Option("model", ("--model",), "the test model's size for every selected cell: tiny (correctness) or small "
+               "(measuring; tens of millions of parameters); default: each cell's own (matrix 'model:')",
+               kind="choice", choices=("tiny", "small"), pytest_flags=("--repro-model",)),
     )
 }
 
@@ -175,6 +178,7 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -
         "cache_dir_given": given_cache is not None,
         "repros_dirs": repros_dirs,
     }
+    fields["model"] = values.get("model")
     fields["launcher"] = values.get("launcher") or default_launcher()
     fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
     if values.get("reports_dir") is not None:

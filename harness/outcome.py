@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +102,9 @@ def judge_training(records: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
+def _unobserved(launch: LaunchResult) -> Observation | None:
+    """What ended the item before anything could be judged: a hang, a scenario the cell cannot
+    run, a rank killed by a signal, a failure in setup or import. None when the ranks ran."""
     if launch.timed_out:
         running = [r for r, rec in launch.records.items() if rec is not None and rec.get("status") == "running"]
         return Observation(HANG, reasons=(f"no end within the item's timeout; ranks still running: {running}",))
@@ -118,7 +121,14 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
         rank, code = sorted(killed.items())[0]
         return Observation(CRASH, reasons=(f"rank {rank} killed by {_signal_name(code)}",))
 
-    errors = [
+    for rank, info, rec in _errors(launch):
+        if info.type in _INFRA_EXCEPTIONS or rec.get("phase") in _INFRA_PHASES:
+            return Observation(INFRA, error=info, reasons=(f"rank {rank} failed in {rec.get('phase')}: {info.type}",))
+    return None
+
+
+def _errors(launch: LaunchResult) -> list[tuple[int, ErrorInfo, dict[str, Any]]]:
+    return [
         (
             rank,
             ErrorInfo(type=str(rec["error"].get("type")), message=str(rec["error"].get("message", "")), rank=rank),
@@ -126,20 +136,10 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
         )
         for rank, rec in _rank_errors(launch)
     ]
-    for rank, info, rec in errors:
-        if info.type in _INFRA_EXCEPTIONS or rec.get("phase") in _INFRA_PHASES:
-            return Observation(INFRA, error=info, reasons=(f"rank {rank} failed in {rec.get('phase')}: {info.type}",))
-    if errors:
-        if mode == "bug":
-            for _, info, rec in errors:
-                verdicts = (rec.get("error") or {}).get("signature_verdicts") or {}
-                for sig in spec.signatures:
-                    if sig.matches(info.type, info.message, rec.get("scenario_facts"), verdicts):
-                        return Observation(REPRODUCED, signature=sig.id, error=info)
-            return Observation(DIFFERENT_ERROR, error=errors[0][1])
-        return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))
 
-    # No rank raised: a rank that never finished its record died some other way.
+
+def _ended_without_record(launch: LaunchResult) -> Observation | None:
+    """No rank raised: a rank that never finished its record died some other way."""
     missing = [r for r, rec in launch.records.items() if rec is None]
     unfinished = [r for r, rec in launch.records.items() if rec is not None and rec.get("status") == "running"]
     if len(missing) == launch.world_size:
@@ -152,8 +152,66 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
                 f"launcher exit {launch.returncode}",
             ),
         )
+    return None
 
+
+def matching_signature(
+    specs: Sequence[ReproSpec], errors: list[tuple[int, ErrorInfo, dict[str, Any]]]
+) -> tuple[str, ErrorInfo] | None:
+    """The first documented signature any rank's error matches, across ``specs`` in order."""
+    for spec in specs:
+        for _, info, rec in errors:
+            verdicts = (rec.get("error") or {}).get("signature_verdicts") or {}
+            for sig in spec.signatures:
+                if sig.matches(info.type, info.message, rec.get("scenario_facts"), verdicts):
+                    return sig.id, info
+    return None
+
+
+def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
+    ended = _unobserved(launch)
+    if ended is not None:
+        return ended
+    errors = _errors(launch)
+    if errors:
+        if mode == "bug":
+            found = matching_signature([spec], errors)
+            if found is not None:
+                return Observation(REPRODUCED, signature=found[0], error=found[1])
+            return Observation(DIFFERENT_ERROR, error=errors[0][1])
+        return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))
+    ended = _ended_without_record(launch)
+    if ended is not None:
+        return ended
     if mode == "bug":
         return Observation(NOT_REPRODUCED)
     problems = judge_training([rec for rec in launch.records.values() if rec is not None])
     return Observation(PASS) if not problems else Observation(FAIL, reasons=tuple(problems))
+
+
+#: Where the exceptions that name a silent symptom live (a repro raises them from its facts).
+SILENT_FAILURE_MODULE = "repros.common.silent_failures."
+
+
+def classify_scenario(own: ReproSpec | None, launch: LaunchResult, known: Sequence[ReproSpec]) -> Observation:
+    """A scenario as users write it (a variant, a grid combination): PASS when it trained; a known
+    failure when an error matches a documented signature (``own``'s first, then every other
+    repro's); SILENT_FAILURE when it ran but did not train, or raised a silent symptom no
+    signature names; NEW_FAILURE for any other error."""
+    ended = _unobserved(launch)
+    if ended is not None:
+        return ended
+    errors = _errors(launch)
+    if errors:
+        found = matching_signature([s for s in [own, *known] if s is not None], errors)
+        if found is not None:
+            return Observation(REPRODUCED, signature=found[0], error=found[1])
+        first = errors[0][1]
+        if first.type.startswith(SILENT_FAILURE_MODULE):
+            return Observation(Outcome.SILENT_FAILURE, error=first, reasons=(first.first_line,))
+        return Observation(Outcome.NEW_FAILURE, error=first, reasons=(f"rank {errors[0][0]} raised {first.type}",))
+    ended = _ended_without_record(launch)
+    if ended is not None:
+        return ended
+    problems = judge_training([rec for rec in launch.records.values() if rec is not None])
+    return Observation(PASS) if not problems else Observation(Outcome.SILENT_FAILURE, reasons=tuple(problems))

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import __version__, cgroups
-from harness.dispatch import Dispatch
+from harness.dispatch import Dispatch, ItemPolicy
 from harness.environments import Environment, Environments, Resolved
 from harness.errors import EXIT_USAGE, UserError
 from harness.finalize import finalize
@@ -73,6 +73,7 @@ def options_record(opts: RunOptions) -> dict[str, Any]:
         "reports_dir": str(opts.reports_dir),
         "launcher": opts.launcher,
         "jobs": opts.jobs,
+        "model": opts.model,
     }
 
 
@@ -157,12 +158,23 @@ def exit_status(records: Sequence[ItemRecord]) -> int:
 class RunSession:
     """One ``run`` (or ``run --resume``) into one run directory."""
 
-    def __init__(self, opts: RunOptions, console: Console, argv: Sequence[str], resume: Path | None) -> None:
+    def __init__(
+        self,
+        opts: RunOptions,
+        console: Console,
+        argv: Sequence[str],
+        resume: Path | None,
+        plan: Plan | None = None,
+        kind: str = "run",
+        policy: ItemPolicy | None = None,
+    ) -> None:
+        self.policy = policy
         self.opts = opts
         self.console = console
         self.argv = argv
         self.resume = resume
-        self.plan = plan_items(opts)
+        self.kind = kind
+        self.plan = plan if plan is not None else plan_items(opts)
         assert opts.cache_dir is not None
         self.environments = Environments(opts.cache_dir)
         self.records: list[ItemRecord] = []
@@ -178,7 +190,8 @@ class RunSession:
             return run_dir, meta, str(meta.get("run_id") or self.resume.name)
         run_id = new_run_id()
         run_dir = RunDir.create(self.opts.out_dir or (self.opts.reports_dir / run_id))
-        return run_dir, start_meta(self.opts, self.plan, run_id, self.environments, self.argv), run_id
+        meta = start_meta(self.opts, self.plan, run_id, self.environments, self.argv, kind=self.kind)
+        return run_dir, meta, run_id
 
     def _say(self, text: str) -> None:
         self.console.print(plain(text), highlight=False, markup=False)
@@ -278,7 +291,7 @@ class RunSession:
                 writer.append(broken_record(run_id, cell, broken))
                 self.records.append(broken_record(run_id, cell, broken))
                 self._say(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})")
-            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments)
+            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments, self.policy)
             try:
                 for cell_name, items in by_cell.items():
                     cell = items[0].cell
@@ -318,7 +331,8 @@ class RunSession:
             meta["write_error"] = self.write_error
         self._write_meta(run_dir, meta)
         done = finalize(run_dir)
-        print_summary(self.console, self.records, self.plan.excluded)
+        if self.kind == "run":
+            print_summary(self.console, self.records, self.plan.excluded)
         self._say(f"results: {run_dir.results_path}")
         for path in done.written:
             self._say(f"report: {path}")

@@ -41,6 +41,8 @@ class RunOptions:
     launcher: str = "worker"
     #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
     jobs: int = 1
+    #: The test model's size for every selected cell (``--model``), over the cells' own.
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,25 @@ class PlannedItem:
     module: str
     mode: str
     world_size: int
+    #: What the item asks of its ranks beyond repro and mode (a grid scenario, a variant).
+    params: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
+    #: The mode the ranks run in, where it differs from ``mode`` (the record's label): a
+    #: variant of ``costs`` is labelled by its name and runs in ``bug`` mode.
+    rank_mode: str | None = None
+
+    @property
+    def runs_as_written(self) -> bool:
+        """A scenario as users write it (a variant, a grid combination): classified against every
+        documented signature and the training rule, with no expectation of its own."""
+        return "variant" in self.params or "scenario" in self.params
 
     @property
     def id(self) -> ItemId:
         return ItemId(self.cell.name, self.repro_id, self.mode)
+
+    def launch_params(self) -> dict[str, object]:
+        """What the ranks are told: the cell's model size and the item's own params."""
+        return {"model": self.cell.model, **self.params}
 
 
 @dataclass
@@ -85,7 +102,7 @@ def broken_label(cell: Cell, broken: BrokenRepro) -> str:
     return ItemId(cell.name, broken.id, "bug").label()
 
 
-def _selected_cells(opts: RunOptions) -> list[Cell]:
+def selected_cells(opts: RunOptions) -> list[Cell]:
     matrix = opts.matrix
     if opts.cells:
         for name in opts.cells:
@@ -101,6 +118,8 @@ def _selected_cells(opts: RunOptions) -> list[Cell]:
         cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
     if opts.pins:
         cells = [pinned_cell(c, opts.pins) for c in cells if not c.passthrough]
+    if opts.model:
+        cells = [dataclasses.replace(c, model=opts.model) for c in cells]
     return cells
 
 
@@ -113,7 +132,7 @@ def plan_items(opts: RunOptions) -> Plan:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
     plan = Plan()
-    for cell in _selected_cells(opts):
+    for cell in selected_cells(opts):
         for stem, broken in sorted(opts.discovery.broken.items()):
             if not opts.repros or stem in opts.repros:
                 plan.broken.append((cell, broken))

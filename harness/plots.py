@@ -10,6 +10,7 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.figures import memory, steps
 from harness.guard_cost import GuardCost
 from harness.history import PastRun, history_items
 from harness.records import ItemRecord
@@ -51,9 +52,7 @@ def _width(n: int) -> float:
 
 def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
     """Peak memory and step time (median, IQR bar) of the fixed trainer per cell, one bar per repro."""
-    fixed = [
-        r for r in records if r["mode"] == "fixed" and (r.get("peak_mem_bytes") is not None or r.get("step_time_s"))
-    ]
+    fixed = [r for r in records if r["mode"] == "fixed" and (memory(r) is not None or steps(r) is not None)]
     if not fixed:
         return None
     import matplotlib
@@ -70,16 +69,21 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
                 if rec is None:
                     continue
                 xs.append(i + (j - (len(repros) - 1) / 2) * width)
-                mems.append((rec.get("peak_mem_bytes") or 0) / MIB)
-                step = rec.get("step_time_s") or {}
+                mem = memory(rec)
+                mems.append((mem.bytes if mem else 0) / MIB)
+                found = steps(rec)
+                step: dict = dict(found.summary) if found else {}
                 times.append((step.get("median") or 0.0) * 1000)
                 errs.append((step.get("iqr") or 0.0) * 1000 / 2)
             mem_ax.bar(xs, mems, width, label=repro)
             time_ax.bar(xs, times, width, yerr=errs, capsize=3, label=repro)
-        kinds = _kind_label({r.get("peak_mem_kind") for r in fixed})
-        mem_ax.set_title(f"fixed trainer: peak memory ({kinds})")
+        mems_taken = [m for m in (memory(r) for r in fixed) if m]
+        kinds = _kind_label({m.kind for m in mems_taken})
+        what = _kind_label({m.what for m in mems_taken})
+        mem_ax.set_title(f"fixed trainer: {what} memory ({kinds})")
         mem_ax.set_ylabel("MiB (max over ranks)")
-        time_ax.set_title("fixed trainer: step time (median; whisker: IQR)")
+        step_what = _kind_label({s.what for s in (steps(r) for r in fixed) if s})
+        time_ax.set_title(f"fixed trainer: {step_what} time per step (median; whisker: IQR)")
         time_ax.set_ylabel("ms")
         for ax in (mem_ax, time_ax):
             ax.set_xticks(range(len(cells)), cells, rotation=20, ha="right")
@@ -114,6 +118,41 @@ def guard_cost_plot(costs: Sequence[GuardCost]) -> str | None:
         mem_ax.set_ylabel("MiB")
         time_ax.set_title("guards' cost: Δ step time (whisker: noise)")
         time_ax.set_ylabel("ms")
+        return _svg(fig)
+
+
+def costs_plot(found: Sequence[dict]) -> str | None:
+    """Each workaround's training peak memory and CPU time per step, per cell (``costs``)."""
+    measured = [e for e in found if e.get("train_peak_mem_bytes") is not None or e.get("step_cpu_time_s") is not None]
+    if not measured:
+        return None
+    import matplotlib
+
+    with matplotlib.rc_context(_STYLE):
+        rows = list(dict.fromkeys((e["repro"], e["variant"]) for e in measured))
+        cells = list(dict.fromkeys(e["cell"] for e in measured))
+        fig, (mem_ax, time_ax) = _figure(_width(len(rows) * max(1, len(cells)) // 2 + 2), 3.8)
+        width = 0.8 / len(cells)
+        for j, cell in enumerate(cells):
+            xs, mems, times = [], [], []
+            for i, row in enumerate(rows):
+                entry = next((e for e in measured if (e["repro"], e["variant"]) == row and e["cell"] == cell), None)
+                if entry is None:
+                    continue
+                xs.append(i + (j - (len(cells) - 1) / 2) * width)
+                mems.append((entry.get("train_peak_mem_bytes") or 0) / MIB)
+                times.append((entry.get("step_cpu_time_s") or 0.0) * 1000)
+            mem_ax.bar(xs, mems, width, label=cell)
+            time_ax.bar(xs, times, width, label=cell)
+        labels = [f"{r} {v}" for r, v in rows]
+        mem_ax.set_title("workarounds: the training's peak memory above its baseline")
+        mem_ax.set_ylabel("MiB (max over ranks)")
+        time_ax.set_title("workarounds: process CPU time per step")
+        time_ax.set_ylabel("ms (the busiest rank)")
+        for ax in (mem_ax, time_ax):
+            ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right")
+            if len(cells) > 1:
+                ax.legend(fontsize=8)
         return _svg(fig)
 
 

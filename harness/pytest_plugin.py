@@ -63,7 +63,7 @@ from harness.summary import results_table
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
 #: The shared options (harness/options.py) the plugin takes; any of the first four asks for repro items.
-PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher")
+PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher", "model")
 SELECTING_OPTIONS = ("matrix", "lane", "cells", "repros")
 #: Lines of each rank's log shown in a failure.
 TAIL_LINES = 25

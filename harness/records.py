@@ -104,6 +104,18 @@ class ItemRecord(TypedDict, total=False):
     peak_mem_kind: str | None
     peak_mem_bytes_per_rank: dict[str, int]
     step_time_s: StepTime | None
+    #: The training's own peak above its baseline (``repros/common/measures/train_peak_memory.py``).
+    train_peak_mem_bytes: int | None
+    train_peak_mem_kind: str | None
+    train_peak_mem_bytes_per_rank: dict[str, int]
+    step_cpu_time_s: StepTime | None
+    step_cuda_time_s: StepTime | None
+    #: The test model's size the item ran at (``tiny`` or ``small``).
+    model: str
+    #: ``costs``: the workaround variant this item ran (its record's ``mode`` is the same name).
+    variant: str
+    #: ``grid``: the combination this item ran, axis -> value.
+    scenario: dict[str, str]
     wall_s: Required[float]
     error: Required[ErrorSummary | None]
     reasons: Required[list[str]]

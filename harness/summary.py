@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from harness.figures import memory
 from harness.records import ItemRecord
 from harness.terminal import plain
 from repros.common.outcomes import Outcome
@@ -45,7 +46,11 @@ def entry_text(rec: ItemRecord) -> Text:
         text.append(f" ✗ expected {rec['expected']}", style="red")
     else:
         text.append(" ✗ no expectation", style="red")
-    text.append(f"\n{format_bytes(rec.get('peak_mem_bytes'))} · {format_step(rec.get('step_time_s'))}", style="dim")
+    mem = memory(rec)
+    cpu = rec.get("step_cpu_time_s")
+    figures = f"\n{format_bytes(mem.bytes if mem else None)}{' (train)' if mem and mem.what == 'training peak' else ''}"
+    figures += f" · {format_step(rec.get('step_time_s'))}" + (f" ({format_step(cpu)} cpu)" if cpu else "")
+    text.append(figures, style="dim")
     return text
 
 
@@ -54,7 +59,10 @@ def results_table(records: Sequence[ItemRecord], excluded: Sequence[dict[str, An
     rows = list(dict.fromkeys([(r["repro"], r["mode"]) for r in records] + [(e["repro"], e["mode"]) for e in excluded]))
     by_key = {(r["cell"], r["repro"], r["mode"]): r for r in records}
     excluded_by_key = {(e["cell"], e["repro"], e["mode"]): e for e in excluded}
-    table = Table(title="outcome (✓ matches expectation) · peak memory · step time median ±IQR", show_lines=True)
+    table = Table(
+        title="outcome (✓ matches expectation) · training peak memory · step time median ±IQR (CPU time)",
+        show_lines=True,
+    )
     table.add_column("repro / mode", style="bold")
     for cell in cells:
         table.add_column(cell)

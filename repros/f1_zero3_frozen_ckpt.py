@@ -14,8 +14,9 @@ fixed: the same scenario through the fixed trainer's guards.
 from __future__ import annotations
 
 from repros.common.outcomes import Outcome
+from repros.common.scenario import Scenario
 from repros.common.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
-from repros.common.spec import Expectation, ReproSpec, Signature
+from repros.common.spec import Expectation, ReproSpec, Signature, Variant
 
 # The boundary, found by running the bug mode in one cell per DeepSpeed release from
 # 0.19.2 to 0.19.8 (torch 2.13.0 CPU, peft 0.21.2, transformers 5.23.0): 0.19.2
@@ -24,6 +25,9 @@ _ESTABLISHED = (
     "python -m harness run --matrix M --lane ci --repros F1 --modes bug, M = matrix.yaml's defaults with cells "
     "deepspeed==0.19.2 ... ==0.19.8 (2026-11-22, torch 2.13.0+cpu, 2 ranks, gloo)"
 )
+
+#: The documented configuration (the ``bug`` mode; ``fixed`` runs it through the guards).
+SCENARIO = Scenario(zero_stage=3, bf16=True, gradient_checkpointing=True, use_reentrant=False)
 
 SPEC = ReproSpec(
     id="F1",
@@ -51,14 +55,21 @@ SPEC = ReproSpec(
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
+    variants=(
+        Variant("zero2", "ZeRO-2 instead of ZeRO-3", {"zero_stage": 2}, claim="OpenRLHF#569, trl#2514"),
+        Variant("reentrant", "reentrant checkpointing (use_reentrant=True)", {"use_reentrant": True},
+                claim="OpenRLHF#569, MiniCPM-V#651"),
+        Variant("no-checkpointing", "gradient checkpointing off", {"gradient_checkpointing": False},
+                claim="OpenRLHF#569"),
+        Variant("small-sub-group", "ZeRO-3 sub_group_size 1e5 (DeepSpeed's advice to lower ZeRO-3 memory)",
+                {"zero3_sub_group_size": 100_000}, claim="DeepSpeed ZeRO-3 configuration docs"),
+    ),
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train_deepspeed
-    from repros.common.guards import choose_guards
-    from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
-    scenario = Scenario(zero_stage=3, bf16=True, gradient_checkpointing=True, use_reentrant=False)
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train_deepspeed(scenario, ctx, guards)

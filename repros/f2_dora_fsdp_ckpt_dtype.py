@@ -20,12 +20,13 @@ fixed: the same scenario through the fixed trainer's guards.
 from __future__ import annotations
 
 from repros.common.outcomes import Outcome
+from repros.common.scenario import Scenario
 from repros.common.signatures import (
     CHECKPOINT_ERROR,
     RECOMPUTE_METADATA_PATTERN,
     recomputed_dtype_float32_bfloat16,
 )
-from repros.common.spec import Expectation, ReproSpec, Signature
+from repros.common.spec import Expectation, ReproSpec, Signature, Variant
 
 # Two boundaries, both established by running (2026-11-23, 2 ranks, gloo, CPU):
 # - torch: torch 2.12.1 REPRODUCED, 2.13.0 NOT_REPRODUCED (transformers 4.57.6); 2.13.0's
@@ -38,6 +39,9 @@ _ESTABLISHED = (
     "transformers --good 5.23.0 --bad 4.57.6 --matrix M --cell torch-2.12-tf4 -> first good: transformers==5.23.0 "
     "(8 steps: 4.57.6, 5.11.0, 5.17.0, 5.20.2, 5.22.0, 5.22.1, 5.22.2 REPRODUCED; 5.23.0 NOT_REPRODUCED)"
 )
+
+#: The documented configuration (the ``bug`` mode; ``fixed`` runs it through the guards).
+SCENARIO = Scenario(engine="fsdp2", adapter="dora", bf16=True, gradient_checkpointing=True, use_reentrant=False)
 
 SPEC = ReproSpec(
     id="F2",
@@ -67,14 +71,18 @@ SPEC = ReproSpec(
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
+    variants=(
+        Variant("reentrant", "reentrant checkpointing (use_reentrant=True)", {"use_reentrant": True},
+                claim="huggingface/peft#1910 (closed with this workaround)"),
+        Variant("no-checkpointing", "gradient checkpointing off", {"gradient_checkpointing": False},
+                claim="huggingface/peft#1910"),
+    ),
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
-    from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
-    scenario = Scenario(engine="fsdp2", adapter="dora", bf16=True, gradient_checkpointing=True, use_reentrant=False)
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)

@@ -25,7 +25,8 @@ A cell whose bitsandbytes or transformers cannot quantize on this device at all 
 from __future__ import annotations
 
 from repros.common.outcomes import Outcome
-from repros.common.spec import Expectation, ReproSpec, Signature
+from repros.common.scenario import Scenario
+from repros.common.spec import Expectation, ReproSpec, Signature, Variant
 
 #: The quantization the bug mode uses (decided by running; see the module docstring).
 BUG_QUANTIZATION = "int8"
@@ -47,6 +48,25 @@ _ESTABLISHED = (
     "deepspeed==0.19.2 / 0.19.8, transformers==5.23.0 x bitsandbytes==0.47.0 (2026-11-23, torch 2.13.0+cpu, 2 ranks, gloo)"
 )
 _CPU_NOTE = "on CPU; bitsandbytes < 0.46 has no CPU backend (on a GPU runner this cell can run)"
+
+#: The documented configuration (the ``bug`` mode; ``fixed`` runs it through the guards).
+SCENARIO = Scenario(
+    engine="deepspeed",
+    zero_stage=3,
+    # Persistence threshold 0: ZeRO-3 partitions every parameter, as it does the large
+    # (quantized) weights of a real model. Its default (1e5 elements) would keep all of
+    # this tiny model's weights whole, and DeepSpeed 0.19.2 all-gathers persistent
+    # parameters into one buffer dtype after each step, which gloo refuses for int8
+    # weights next to bf16 ones ("ProcessGroupGloo::allgather: invalid tensor type") -
+    # an artifact of the tiny model, not F3.
+    zero3_persistence_threshold=0,
+    bf16=True,
+    peft_wrapping="add_adapter",
+    quantization=BUG_QUANTIZATION,
+    # Off: F3 happens in deepspeed.initialize, before any forward; with checkpointing
+    # on, a DeepSpeed without PR #8148 would fail with F1 instead where F3 is fixed.
+    gradient_checkpointing=False,
+)
 
 SPEC = ReproSpec(
     id="F3",
@@ -117,33 +137,19 @@ SPEC = ReproSpec(
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
+    variants=(
+        Variant("zero2", "ZeRO-2 instead of ZeRO-3 (the advice in the threads)", {"zero_stage": 2},
+                claim="OpenRLHF#295, #403: use ZeRO-2 for QLoRA"),
+    ),
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
     from repros.common.quantized import last_load_facts
-    from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
-    scenario = Scenario(
-        engine="deepspeed",
-        zero_stage=3,
-        # Persistence threshold 0: ZeRO-3 partitions every parameter, as it does the large
-        # (quantized) weights of a real model. Its default (1e5 elements) would keep all of
-        # this tiny model's weights whole, and DeepSpeed 0.19.2 all-gathers persistent
-        # parameters into one buffer dtype after each step, which gloo refuses for int8
-        # weights next to bf16 ones ("ProcessGroupGloo::allgather: invalid tensor type") -
-        # an artifact of the tiny model, not F3.
-        zero3_persistence_threshold=0,
-        bf16=True,
-        peft_wrapping="add_adapter",
-        quantization=BUG_QUANTIZATION,
-        # Off: F3 happens in deepspeed.initialize, before any forward; with checkpointing
-        # on, a DeepSpeed without PR #8148 would fail with F1 instead where F3 is fixed.
-        gradient_checkpointing=False,
-    )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     try:
         train(scenario, ctx, guards)
     finally:

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from repros.common.outcomes import Outcome
-from repros.common.spec import Expectation, ReproSpec, Signature
+from repros.common.scenario import Scenario
+from repros.common.spec import Expectation, ReproSpec, Signature, Variant
 
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -50,6 +51,16 @@ def frozen_base_under_reentrant_checkpointing(facts: Mapping[str, Any]) -> bool:
         and facts.get("input_require_grads") is False
     )
 
+
+#: The documented configuration (DeepSpeed-Chat's flow; ``fixed`` runs it through the guards).
+SCENARIO = Scenario(
+    engine="deepspeed",
+    zero_stage=2,
+    lora_impl="dschat",
+    target_modules=DECODER_LINEARS,
+    gradient_checkpointing=True,
+    use_reentrant=None,
+)
 
 SPEC = ReproSpec(
     id="F5",
@@ -90,24 +101,21 @@ SPEC = ReproSpec(
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
+    variants=(
+        Variant("non-reentrant", "non-reentrant checkpointing (use_reentrant=False)", {"use_reentrant": False},
+                claim="huggingface/transformers#42489; transformers 5's default"),
+        Variant("no-checkpointing", "gradient checkpointing off", {"gradient_checkpointing": False},
+                claim="DeepSpeedExamples#386 (the assertion's advice)"),
+    ),
 )
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
-    from repros.common.scenario import Scenario
     from repros.common.silent_failures import raise_if_layer_adapters_got_no_gradient
+    from repros.common.variants import scenario_for
 
-    scenario = Scenario(
-        engine="deepspeed",
-        zero_stage=2,
-        lora_impl="dschat",
-        target_modules=DECODER_LINEARS,
-        gradient_checkpointing=True,
-        use_reentrant=None,
-    )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
     if ctx.mode == "bug":
         raise_if_layer_adapters_got_no_gradient(ctx.facts["train"])

@@ -51,6 +51,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--module")
 parser.add_argument("--mode")
 parser.add_argument("--item-dir", type=Path)
+parser.add_argument("--params", default="{}")
 args = parser.parse_args()
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 record = {"rank": rank, "world_size": world, "pid": os.getpid(), "mode": args.mode, "status": "running",

@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--module")
     parser.add_argument("--mode")
     parser.add_argument("--item-dir", type=Path)
+    parser.add_argument("--params", default="{}")
     args = parser.parse_args(argv)
     rank = int(os.environ["RANK"])
     log = open(args.item_dir / f"rank{rank}.log", "a", buffering=1)

@@ -10,6 +10,8 @@ from harness.commands.bench import BenchCommand
 from harness.commands.bisect import BisectCommand
 from harness.commands.catalog import CatalogCommand
 from harness.commands.compare import CompareCommand
+from harness.commands.costs import CostsCommand
+from harness.commands.grid import GridCommand
 from harness.commands.listing import ListCommand
 from harness.commands.merge import MergeCommand
 from harness.commands.report import ReportCommand
@@ -20,6 +22,8 @@ COMMANDS: tuple[type[Command], ...] = (
     MergeCommand,
     BisectCommand,
     BenchCommand,
+    CostsCommand,
+    GridCommand,
     CompareCommand,
     ReportCommand,
     ListCommand,

@@ -21,7 +21,7 @@ class BenchCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         options.add_cli_options(parser, ("matrix", "lane", "cells", "repros", "modes"))
         parser.add_argument("--rounds", type=int, default=2, help="rounds of bare torchrun then harness (default 2)")
-        options.add_cli_options(parser, ("out", "cache_dir"))
+        options.add_cli_options(parser, ("out", "cache_dir", "model"))
         parser.add_argument("--no-cold", action="store_true", help="skip the cold environment build and the JIT timings")
         parser.add_argument("--no-jobs", action="store_true", help="skip the --jobs 0 harness run")
 

@@ -31,6 +31,7 @@ SELECTION_FLAGS = (
     ("--shard", "shard"),
     ("--cache-dir", "cache_dir"),
     ("--reports-dir", "reports_dir"),
+    ("--model", "model"),
 )
 
 
@@ -68,7 +69,7 @@ class RunCommand(Command):
             metavar="PKG==VER",
             help="pin a package over the selected cells' own spec (repeatable)",
         )
-        options.add_cli_options(parser, ("launcher", "jobs"))
+        options.add_cli_options(parser, ("launcher", "jobs", "model"))
         parser.add_argument(
             "--shard",
             metavar="I/N",
@@ -114,6 +115,7 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
             "modes": stored["modes"],
             "repros_dir": [Path(d) for d in stored["repros_dirs"]],
             "cache_dir": Path(stored["cache_dir"]) if stored.get("cache_dir") else None,
+            "model": stored.get("model"),
         }
         more = {
             "out_dir": args.resume,

@@ -35,6 +35,9 @@ class LaunchRequest:
     cell: str = ""
     #: Variables that differ per item (``CUDA_VISIBLE_DEVICES`` from the GPU lease).
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    #: What the item asks of its ranks beyond the repro and the mode (JSON data: the model size,
+    #: a grid scenario, a workaround variant); each rank reads it as ``ctx.params``.
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,7 @@ class CellWorker:
             "world_size": world_size,
             "item_dir": str(item_dir),
             "cgroup": str(group.path) if group else None,
+            "params": dict(request.params),
             # What differs per item from the worker's own environment.
             "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size), **request.extra_env},
         }

@@ -11,11 +11,13 @@ carries the item's token variable is killed too: nothing the item started outliv
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,9 @@ from harness.process_sweep import sweep
 _FAILURE_ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)[^\n]*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
 
 
-def torchrun_command(python: str, module: str, mode: str, world_size: int, item_dir: Path) -> list[str]:
+def torchrun_command(
+    python: str, module: str, mode: str, world_size: int, item_dir: Path, params: Mapping[str, Any] | None = None
+) -> list[str]:
     return [
         python,
         "-m",
@@ -59,6 +63,8 @@ def torchrun_command(python: str, module: str, mode: str, world_size: int, item_
         mode,
         "--item-dir",
         str(item_dir),
+        "--params",
+        json.dumps(dict(params or {}), sort_keys=True),
     ]
 
 
@@ -81,7 +87,7 @@ def launch_item(request: LaunchRequest) -> LaunchResult:
     item_dir = request.item_dir
     env: Environment = request.env
     item_dir.mkdir(parents=True, exist_ok=True)
-    command = torchrun_command(env.python, request.module, request.mode, request.world_size, item_dir)
+    command = torchrun_command(env.python, request.module, request.mode, request.world_size, item_dir, request.params)
     token = secrets.token_hex(8)
     group = item_cgroup(token)
     started = time.perf_counter()

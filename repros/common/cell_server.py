@@ -167,6 +167,7 @@ def _run_rank(request: dict[str, Any], rank: int, port: int, host: str, entry: s
         signal.signal(sig, signal.SIG_DFL)
     os.environ.update(rank_environment(request, rank, port, host))
     argv = ["--module", request["module"], "--mode", request["mode"], "--item-dir", request["item_dir"]]
+    argv += ["--params", json.dumps(request.get("params") or {})]
     module_name, _, function = entry.partition(":")
     module = importlib.import_module(module_name)
     sys.argv = [str(getattr(module, "__file__", module_name)), *argv]

@@ -74,7 +74,13 @@ class RankContext:
     meters: Meters
     #: Facts the scenario reports (training facts, guards applied); merged into the record.
     facts: dict[str, Any] = field(default_factory=dict)
+    #: What the item asks of the rank beyond the repro and the mode (the model size, a grid
+    #: scenario, a workaround variant), as the orchestrator sent it.
+    params: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def model(self) -> str:
+        return str(self.params.get("model") or "tiny")
     @property
     def device_type(self) -> str:
         return str(self.device.type)

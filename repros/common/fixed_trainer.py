@@ -20,7 +20,7 @@ from typing import Any
 from repros.common.context import RankContext
 from repros.common.guards import Guard, apply_guards, checkpoints_reentrantly
 from repros.common.scenario import Scenario
-from repros.common.tiny_models import fixed_batch, tiny_qwen2
+from repros.common.tiny_models import current_size, fixed_batch, tiny_qwen2
 
 # --------------------------------------------------------------------------- the model
 
@@ -149,6 +149,8 @@ class _DeepSpeedEngine(_Engine):
         zero: dict[str, Any] = {"stage": scenario.zero_stage}
         if scenario.zero3_persistence_threshold is not None:
             zero["stage3_param_persistence_threshold"] = scenario.zero3_persistence_threshold
+        if scenario.zero3_sub_group_size is not None:
+            zero["sub_group_size"] = scenario.zero3_sub_group_size
         config = {
             "train_micro_batch_size_per_gpu": scenario.batch_size,
             "gradient_accumulation_steps": 1,
@@ -250,7 +252,11 @@ _ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
 
 def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
     """Train ``scenario`` (with ``guards`` applied) for ``ctx.steps`` steps; facts go to ``ctx.facts``."""
+    size = current_size()
     effective = apply_guards(scenario, guards)
+    effective = replace(
+        effective, batch_size=effective.batch_size or size.batch_size, seq_len=effective.seq_len or size.seq_len
+    )
     ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
     model = build_model(effective)
     ctx.facts["scenario_facts"] = scenario_facts(effective, model)
@@ -258,6 +264,7 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
     # Read after wrapping: FSDP2 replaces each parameter with its sharded DTensor.
     adapters = adapter_parameters(model)
     batch = fixed_batch(ctx.rank, effective.batch_size, effective.seq_len).to(ctx.device)
+    ctx.facts["batch_shape"] = list(batch.shape)
 
     before = {name: engine.full_param(p) for name, p in adapters}
     losses: list[float] = []

@@ -4,6 +4,11 @@ bug mode runs the documented configuration:
     REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
 fixed mode runs the fixed trainer on the same scenario:
     PASS | FAIL | INFRA | HANG | CRASH
+A scenario as users write it (a workaround variant of a repro, a combination of the config grid)
+is run and classified against every repro's signatures:
+    PASS | REPRODUCED (a known failure: the record's signature names it) | SILENT_FAILURE (ran but
+    did not train, or what it saved does not load back the same) | NEW_FAILURE (any other error)
+    | INFRA | HANG | CRASH
 A cell whose environment cannot be resolved or installed gives UNRESOLVABLE for all its items.
 
 ``Outcome`` is a ``StrEnum``: a member is its own name as a string, so records written as
@@ -25,6 +30,8 @@ class Outcome(StrEnum):
     HANG = "HANG"
     CRASH = "CRASH"
     UNRESOLVABLE = "UNRESOLVABLE"
+    SILENT_FAILURE = "SILENT_FAILURE"
+    NEW_FAILURE = "NEW_FAILURE"
 
 
 #: Outcomes either mode can end with: the item could not be observed, or ended without a verdict.
@@ -34,5 +41,13 @@ BY_MODE: dict[str, tuple[Outcome, ...]] = {
     "bug": (Outcome.REPRODUCED, Outcome.NOT_REPRODUCED, Outcome.DIFFERENT_ERROR, *COMMON),
     "fixed": (Outcome.PASS, Outcome.FAIL, *COMMON),
 }
+#: What a scenario as users write it can observe (variants and grid combinations).
+SCENARIO_OUTCOMES = (
+    Outcome.PASS,
+    Outcome.REPRODUCED,
+    Outcome.SILENT_FAILURE,
+    Outcome.NEW_FAILURE,
+    *COMMON,
+)
 #: Outcomes where nothing was learnt about the code under test (the machine or the launch failed).
 UNOBSERVED = (Outcome.INFRA, Outcome.HANG, Outcome.UNRESOLVABLE)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -26,6 +27,7 @@ from repros.common.context import Meters, RankContext, installed_versions
 from repros.common.lifeline import die_with_parent
 from repros.common.loading import load_repro
 from repros.common.record import ScenarioUnavailable, rank_log_path, write_rank_record
+from repros.common.tiny_models import use_size
 
 #: How long a collective may block before the process group gives up on its own.
 #: The orchestrator's per-item timeout is the real bound; this only keeps a rank
@@ -89,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", required=True, help="the repro module (dotted name) or its file (.py)")
     parser.add_argument("--mode", required=True)
     parser.add_argument("--item-dir", required=True, type=Path)
+    parser.add_argument("--params", default="{}", help="what the item asks beyond repro and mode (JSON)")
     args = parser.parse_args(argv)
+    params = json.loads(args.params)
 
     # A rank dies with whatever started it (the item leader, or torchrun): nothing of an item
     # outlives its launcher, even when the orchestrator above it is killed.
@@ -138,17 +142,20 @@ def main(argv: list[str] | None = None) -> int:
         write_rank_record(item_dir, rank, record)
         repro = load_repro(args.module)
         spec = repro.spec
+        size = use_size(str(params.get("model") or "tiny"))
         ctx = RankContext(
             rank=rank,
             local_rank=local_rank,
             world_size=world_size,
             device=device,
             backend=backend,
-            steps=spec.steps,
-            warmup_steps=spec.warmup_steps,
+            steps=int(params.get("steps") or size.steps or spec.steps),
+            warmup_steps=int(params.get("warmup_steps") or size.warmup_steps or spec.warmup_steps),
             mode=args.mode,
             meters=Meters.for_device(device),
+            params=params,
         )
+        record["model"] = size.name
         record["phase"] = "run"
         repro.run(ctx)
         record["status"] = "ok"

@@ -33,19 +33,26 @@ class Scenario:
     input_require_grads: bool = False
     #: FSDP2 only: also put the root module under the layers' mixed-precision policy.
     fsdp_root_mixed_precision: bool = False
+    #: After training: ``none``, ``save-reload`` (save the adapter, load it into a fresh model),
+    #: ``merge`` (merge it into the base) or ``sync`` (by name into an inference target),
+    #: each checked by its logits (``repros/common/after_training.py``).
+    after_training: str = "none"
     #: After training, sync the weights into an inference target (F4).
     sync_weights: bool = False
     merge_before_sync: bool = False
     #: ZeRO-3 only: DeepSpeed's ``stage3_param_persistence_threshold`` (``None``: its default,
     #: 1e5 elements, which keeps every parameter of a tiny model whole; 0 partitions them all).
     zero3_persistence_threshold: int | None = None
+    #: ZeRO-3 only: DeepSpeed's ``sub_group_size`` (``None``: its default, 1e9 elements).
+    zero3_sub_group_size: int | None = None
     bnb_no_repack: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     learning_rate: float = 1e-2
-    batch_size: int = 2
-    seq_len: int = 16
+    #: ``None``: the model size's (``repros/common/tiny_models.py``).
+    batch_size: int | None = None
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

@@ -32,3 +32,13 @@ def raise_if_layer_adapters_got_no_gradient(train_facts: Mapping[str, Any]) -> N
             f"layer adapters got no gradient: {len(missing)} of {len(norms)} adapter parameters inside the decoder "
             f"layers had grad None at every step (e.g. {missing[0]}); trained outside the layers: {others or 'none'}"
         )
+
+
+class ReloadedAdapterDiffers(Exception):
+    """The adapter was saved and loaded back into a fresh model without an error, but the model
+    it makes does not give the trained model's logits."""
+
+
+class MergedModelDiffers(Exception):
+    """The adapter merged into the base without an error, but the merged model does not give
+    the trained model's logits."""

@@ -100,6 +100,24 @@ class Expectation:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A workaround the field recommends, as a change to the repro's documented scenario
+    (``overrides``: ``Scenario`` fields), run as users would (no guards unless ``guards``), so
+    ``costs`` can say whether it trains and what it costs. ``claim`` cites where it is advised."""
+
+    name: str
+    description: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    guards: bool = False
+    claim: str = ""
+
+
+#: The two variants every repro with a documented scenario has.
+AS_DOCUMENTED = "as-documented"
+FIXED_TRAINER = "fixed-trainer"
+
+
+@dataclass(frozen=True)
 class ReproSpec:
     id: str
     title: str
@@ -113,6 +131,8 @@ class ReproSpec:
     steps: int = 5
     warmup_steps: int = 1
     description: str = ""
+    #: Workarounds to price (``costs``), beyond the documented scenario and the fixed trainer.
+    variants: tuple[Variant, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
@@ -144,6 +164,27 @@ class ReproSpec:
             raise ValueError(f"{self.id}: steps and warmup_steps must be whole numbers, warmup_steps >= 0")
         if self.steps <= self.warmup_steps:
             raise ValueError(f"{self.id}: steps must exceed warmup_steps")
+        names = [v.name for v in self.variants]
+        reserved = {AS_DOCUMENTED, FIXED_TRAINER}
+        if len(set(names)) != len(names) or reserved & set(names):
+            raise ValueError(f"{self.id}: variant names must be unique and not {sorted(reserved)}")
+        for variant in self.variants:
+            if not REPRO_ID.match(variant.name):
+                raise ValueError(f"{self.id}: variant name {variant.name!r} is not a plain name")
+
+    def variant_names(self) -> list[str]:
+        """Every variant ``costs`` runs: the documented scenario, the fixed trainer, then the declared ones."""
+        return [AS_DOCUMENTED, FIXED_TRAINER, *(v.name for v in self.variants)]
+
+    def variant(self, name: str) -> Variant:
+        if name == AS_DOCUMENTED:
+            return Variant(AS_DOCUMENTED, "the documented configuration, as users wrote it")
+        if name == FIXED_TRAINER:
+            return Variant(FIXED_TRAINER, "the fixed trainer's guards", guards=True)
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise KeyError(f"{self.id} has no variant {name!r}; it has {', '.join(self.variant_names())}")
 
     def signature(self, signature_id: str) -> Signature | None:
         return next((s for s in self.signatures if s.id == signature_id), None)
@@ -184,6 +225,11 @@ def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
         "steps": spec.steps,
         "warmup_steps": spec.warmup_steps,
         "description": spec.description,
+        "variants": [
+            {"name": v.name, "description": v.description, "overrides": dict(v.overrides), "guards": v.guards,
+             "claim": v.claim}
+            for v in spec.variants
+        ],
     }
 
 
@@ -220,4 +266,8 @@ def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
         steps=data["steps"],
         warmup_steps=data["warmup_steps"],
         description=str(data["description"]),
+        variants=tuple(
+            Variant(str(v["name"]), str(v["description"]), dict(v["overrides"]), bool(v["guards"]), str(v["claim"]))
+            for v in data.get("variants") or []
+        ),
     )

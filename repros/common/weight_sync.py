@@ -267,7 +267,21 @@ def gathered(params: list[Any]) -> Iterator[None]:
         yield
 
 
-def _full_precision(param: Any) -> Any:
+def _int8_scales(model: Any) -> dict[int, Any]:
+    """Each LLM.int8 weight's row scales, by the weight's id: on the weight until the layer's first
+    forward, then in the layer's state (bitsandbytes moves them there and clears the weight's)."""
+    scales: dict[int, Any] = {}
+    for module in model.modules():
+        if type(module).__name__ == "Linear8bitLt":
+            scb = getattr(module.weight, "SCB", None)
+            if scb is None:
+                scb = getattr(getattr(module, "state", None), "SCB", None)
+            if scb is not None:
+                scales[id(module.weight)] = scb
+    return scales
+
+
+def _full_precision(param: Any, int8_scales: dict[int, Any] | None = None) -> Any:
     """A float32 CPU copy of a (gathered) parameter; bitsandbytes 4-bit weights dequantized."""
     import torch
 
@@ -275,6 +289,14 @@ def _full_precision(param: Any) -> Any:
         import bitsandbytes.functional as bnbf
 
         return bnbf.dequantize_4bit(param.data, param.quant_state).detach().float().cpu().clone()
+    if type(param).__name__ == "Int8Params":
+        # LLM.int8 keeps row-wise int8 values and their absolute maxima: weight = CB * SCB / 127.
+        scb = getattr(param, "SCB", None)
+        if scb is None:
+            scb = (int8_scales or {}).get(id(param))
+        if scb is None:
+            raise ValueError("an 8-bit weight without its scales cannot be dequantized")
+        return (param.data.float() * scb.float().unsqueeze(1) / 127.0).cpu().clone()
     return param.detach().to(torch.float32).cpu().clone()
 
 
@@ -322,7 +344,8 @@ def gather_full(model: Any, is_sender: bool) -> tuple[dict[str, Any], dict[str, 
         if not is_sender:
             return None
         raw = {n: p.detach().cpu().clone() for n, p in named}
-        full = {n: _full_precision(p) for n, p in named}
+        scales = _int8_scales(model)
+        full = {n: _full_precision(p, scales) for n, p in named}
     return raw, full
 
 
@@ -342,6 +365,10 @@ def merge_copy(model: Any, full: dict[str, Any], base_factory: Callable[[], Any]
     config.inference_mode = False
     shadow = get_peft_model(base_factory().float(), config)
     shadow_params = dict(shadow.named_parameters())
+    if full and not any(name.startswith("base_model.model.") for name in full):
+        # A raw HF model with the adapter added by its own add_adapter: the same tensors, named
+        # without the PeftModel's prefix.
+        full = {f"base_model.model.{name}": value for name, value in full.items()}
     unexpected = sorted(set(full) - set(shadow_params))
     missing = sorted(set(shadow_params) - set(full))
     if unexpected or missing:

@@ -73,8 +73,13 @@ def test_the_shipped_matrix_has_a_ci_lane_with_both_f1_cells() -> None:
 def test_the_shipped_ci_lane_holds_only_torch_2_13_and_nightly_holds_every_built_cell() -> None:
     m = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discover().repros.keys(), known_modes=MODES)
     assert {c.packages["torch"] for c in m.cells_in_lane("ci")} == {"==2.13.0"}
-    built = {c.name for c in m.cells.values() if not c.passthrough}
+    built = {c.name for c in m.cells.values() if not c.passthrough and c.model == "tiny"}
     assert {c.name for c in m.cells_in_lane("nightly")} == built
+    # The perf lane: stacks of the ci lane, at the small model.
+    perf = m.cells_in_lane("perf")
+    assert perf and all(c.model == "small" for c in perf)
+    ci_stacks = [c.packages for c in m.cells_in_lane("ci")]
+    assert all(c.packages in ci_stacks for c in perf)
     assert any(c.packages["torch"] != "==2.13.0" for c in m.cells_in_lane("nightly"))
     for excluded in m.excludes:
         assert excluded.reason.strip()

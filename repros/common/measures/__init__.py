@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from repros.common.measures.base import Measure, Meter, Reduction
 from repros.common.measures.peak_memory import PeakMemory
+from repros.common.measures.step_cpu_time import StepCpuTime
+from repros.common.measures.step_cuda_time import StepCudaTime
 from repros.common.measures.step_time import StepTime
+from repros.common.measures.train_peak_memory import TrainPeakMemory
 
-#: Every meter a rank runs, in the order their fields appear in a record.
-METERS: tuple[type[Meter], ...] = (PeakMemory, StepTime)
+#: Every meter a rank runs, in the order they are driven (the whole-life peak reads its counter
+#: before the training's peak resets it) and their fields appear in a record.
+METERS: tuple[type[Meter], ...] = (PeakMemory, TrainPeakMemory, StepTime, StepCpuTime, StepCudaTime)
 MEASURES: tuple[Measure, ...] = tuple(m.measure for m in METERS)
 
 __all__ = ["MEASURES", "METERS", "Measure", "Meter", "Reduction"]

@@ -1,0 +1,38 @@
+"""A grid combination as users write it: the scenario its axes describe, trained and then used
+as users use a trained adapter (``repros/common/after_training.py``).
+
+Not a documented failure of its own (it is not in the ``repros`` package's top level, so it is
+never discovered as a repro): the orchestrator launches it for ``grid`` items and classifies
+what happens against every repro's signatures. ``ctx.params["scenario"]`` is the combination
+(axis -> value); in ``fixed`` mode the fixed trainer's guards apply (does it train then?).
+"""
+
+from __future__ import annotations
+
+from repros.common.spec import ReproSpec
+
+SPEC = ReproSpec(
+    id="grid-combination",
+    title="a combination of the config grid, as users write it",
+    upstream=(),
+    signatures=(),
+    expectations=(),
+)
+
+
+def run(ctx) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from repros.common.after_training import after_training
+    from repros.common.fixed_trainer import train
+    from repros.common.grid_axes import scenario_overrides
+    from repros.common.guards import apply_guards, choose_guards
+    from repros.common.scenario import Scenario
+    from repros.common.silent_failures import raise_if_layer_adapters_got_no_gradient
+
+    scenario = replace(Scenario(), **scenario_overrides(ctx.params["scenario"]))
+    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    ctx.facts["combination"] = dict(ctx.params["scenario"])
+    trained = train(scenario, ctx, guards)
+    raise_if_layer_adapters_got_no_gradient(ctx.facts["train"])
+    after_training(trained, apply_guards(scenario, guards), ctx)

@@ -1,0 +1,48 @@
+"""costs: each repro's variants planned in each cell, priced against the documented scenario."""
+
+from __future__ import annotations
+
+from harness.costs import entries, plan_costs
+from harness.options import selection
+from harness.repro_registry import discover
+from tests.paths import REPO_ROOT
+
+MIB = 2**20
+
+
+def test_every_variant_of_every_repro_is_planned_per_cell_with_the_mode_its_ranks_run() -> None:
+    opts = selection({"matrix": REPO_ROOT / "matrix.yaml", "cells": ["current"], "repros": ["F1", "F4"]}, model="small")
+    plan = plan_costs(opts)
+    labels = [(i.repro_id, i.mode, i.rank_mode, i.cell.model) for i in plan.items]
+    assert ("F1", "as-documented", "bug", "small") in labels and ("F1", "fixed-trainer", "fixed", "small") in labels
+    assert ("F1", "zero2", "bug", "small") in labels and ("F4", "fixed-trainer", "fixed", "small") in labels
+    assert all(i.runs_as_written and i.params["variant"] == i.mode for i in plan.items)
+
+
+def record(variant: str, outcome: str, mem: int, cpu: float, cell: str = "c") -> dict:
+    step = {"median": cpu, "iqr": cpu * 0.02, "min": cpu, "max": cpu, "n": 8}
+    return {"schema_version": 1, "cell": cell, "repro": "F1", "mode": variant, "variant": variant, "outcome": outcome,
+            "train_peak_mem_bytes": mem, "train_peak_mem_kind": "cpu_rss_hwm_above_baseline",
+            "step_cpu_time_s": step, "step_time_s": step, "model": "small", "signature": None}
+
+
+def test_a_variant_is_priced_against_the_documented_scenario_where_that_trains() -> None:
+    specs = {k: r.spec for k, r in discover().repros.items()}
+    rounds = [[
+        record("as-documented", "PASS", 300 * MIB, 2.0),
+        record("no-checkpointing", "PASS", 360 * MIB, 1.4),
+        record("as-documented", "REPRODUCED", 100 * MIB, 1.0, cell="old"),
+        record("zero2", "PASS", 280 * MIB, 1.1, cell="old"),
+    ]]
+    found = {(e["variant"], e["cell"]): e for e in entries(rounds, specs)}
+    priced = found[("no-checkpointing", "c")]["against_documented"]
+    assert abs(priced["train_peak_mem_ratio"] - 1.2) < 1e-9 and abs(priced["step_cpu_time_s_ratio"] - 0.7) < 1e-9
+    assert "ended REPRODUCED" in found[("zero2", "old")]["against_documented"]["why_not"]
+    assert found[("zero2", "old")]["claim"]  # where the field recommends it
+
+
+def test_rounds_give_the_median_and_the_run_to_run_spread() -> None:
+    rounds = [[record("as-documented", "PASS", 300 * MIB, 2.0)], [record("as-documented", "PASS", 306 * MIB, 2.1)]]
+    (entry,) = entries(rounds, {})
+    assert entry["rounds"] == 2 and entry["step_cpu_time_s"] == 2.05
+    assert abs(entry["spread"]["step_cpu_time"] - 0.1 / 2.05) < 1e-9

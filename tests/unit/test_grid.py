@@ -1,0 +1,109 @@
+"""The config grid: its combinations, as data, planned and classified."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from harness.compare import NEW_REGRESSION, compare_runs
+from harness.errors import UserError
+from harness.grid import AS_WRITTEN, GUARDED, annotate, combinations, guarded_follow_up, load_grid, planned, restrict
+from harness.matrix import Cell
+from repros.common.grid_axes import AXES, scenario_overrides
+
+PATH = Path("m.yaml")
+RAW = {
+    "axes": {
+        "engine": ["deepspeed-zero2", "deepspeed-zero3", "ddp"],
+        "adapter": ["lora", "dora", "dschat-lora"],
+        "checkpointing": ["off", "non-reentrant", "default"],
+        "dtype": ["bf16", "fp32"],
+    },
+    "coverage": {"ci": "pairwise", "nightly": "product"},
+    "include": [{"engine": "deepspeed-zero3", "adapter": "lora", "checkpointing": "non-reentrant", "dtype": "bf16"}],
+    "exclude": [{"engine": "ddp", "adapter": "dschat-lora", "reason": "not here"}],
+    "expect": [
+        {"combination": {"engine": "deepspeed-zero3", "checkpointing": "non-reentrant"},
+         "versions": {"deepspeed": "<0.19.3"}, "outcome": "REPRODUCED", "signature": "F1.recompute-shape-0",
+         "established_by": "python -m harness grid ..."},
+    ],
+}
+
+
+def grid():
+    found = load_grid(PATH, RAW, ["ci", "nightly"])
+    assert found is not None
+    return found
+
+
+def test_pairwise_covers_every_pair_of_values_once_at_least_and_keeps_the_documented_ones() -> None:
+    g = grid()
+    combos = combinations(g, "pairwise", restrict(g, []))
+    assert combos[0] == RAW["include"][0]
+    assert not any(c["engine"] == "ddp" and c["adapter"] == "dschat-lora" for c in combos)
+    for a, b in itertools.combinations(g.axes, 2):
+        for va, vb in itertools.product(g.axes[a], g.axes[b]):
+            if {a: va, b: vb} == {"engine": "ddp", "adapter": "dschat-lora"}:
+                continue
+            assert any(c[a] == va and c[b] == vb for c in combos), (a, va, b, vb)
+    product = combinations(g, "product", restrict(g, []))
+    assert len(product) == 3 * 3 * 3 * 2 - 3 * 2 and len(combos) < len(product) / 2
+
+
+def test_only_restricts_an_axis_and_refuses_what_is_not_there() -> None:
+    g = grid()
+    combos = combinations(g, "product", restrict(g, ["engine=ddp", "dtype=fp32"]))
+    assert {c["engine"] for c in combos} == {"ddp"} and {c["dtype"] for c in combos} == {"fp32"}
+    with pytest.raises(UserError, match="unknown value 'fsdp9'"):
+        restrict(g, ["engine=fsdp9"])
+    with pytest.raises(UserError, match="no axis"):
+        restrict(g, ["colour=red"])
+
+
+def test_a_bad_grid_section_names_the_field() -> None:
+    with pytest.raises(UserError) as info:
+        load_grid(PATH, {**RAW, "axes": {"engine": ["deepspeed-zero4"]}}, ["ci"])
+    assert info.value.field == "grid.axes.engine" and "deepspeed-zero3" in info.value.fix
+    with pytest.raises(UserError) as info:
+        load_grid(PATH, {**RAW, "exclude": [{"engine": "ddp"}]}, ["ci", "nightly"])
+    assert info.value.field == "grid.exclude[0]" and "reason" in info.value.fix
+    with pytest.raises(UserError) as info:
+        load_grid(PATH, {**RAW, "expect": [{"outcome": "GREAT"}]}, ["ci", "nightly"])
+    assert info.value.field == "grid.expect[0].outcome"
+
+
+def test_every_axis_value_is_a_scenario_the_trainer_accepts() -> None:
+    from repros.common.scenario import Scenario
+
+    for axis, values in AXES.items():
+        for value in values:
+            Scenario(**scenario_overrides({axis: value}))
+
+
+def test_an_expectation_rule_sets_the_records_expected_outcome_by_combination_and_versions() -> None:
+    g = grid()
+    f1 = {"engine": "deepspeed-zero3", "adapter": "lora", "checkpointing": "non-reentrant", "dtype": "bf16"}
+    record = {"mode": AS_WRITTEN, "scenario": f1, "outcome": "REPRODUCED", "signature": "F1.recompute-shape-0",
+              "versions": {"deepspeed": "0.19.2"}, "matched": False, "expected": None}
+    annotate(g, record)  # type: ignore[arg-type]
+    assert record["expected"] == "REPRODUCED" and record["matched"] is True
+    newer = {**record, "versions": {"deepspeed": "0.19.8"}, "outcome": "PASS", "expected": None, "matched": False}
+    annotate(g, newer)  # type: ignore[arg-type]
+    assert newer["expected"] is None and newer["matched"] is False  # no rule: reported, not failed
+
+
+def test_a_known_failure_is_run_again_through_the_guards() -> None:
+    cell = Cell("c", {"torch": "==2.13.0"}, ("ci",), 2, "3.11", 60.0, None, False, None)
+    (item,) = planned([cell], [RAW["include"][0]])
+    assert guarded_follow_up(item, {"outcome": "PASS"}) == []  # type: ignore[arg-type]
+    (again,) = guarded_follow_up(item, {"outcome": "REPRODUCED"})  # type: ignore[arg-type]
+    assert again.mode == GUARDED and again.rank_mode == "fixed" and again.params == item.params
+
+
+def test_a_combination_that_trained_and_now_fails_is_a_regression_in_compare() -> None:
+    base = {"schema_version": 1, "cell": "c", "repro": "deepspeed-zero3+lora", "mode": AS_WRITTEN,
+            "scenario": {"engine": "deepspeed-zero3"}, "matched": False, "expected": None}
+    changes = compare_runs([{**base, "outcome": "PASS"}], [{**base, "outcome": "NEW_FAILURE"}])  # type: ignore[list-item]
+    assert [c.kind for c in changes] == [NEW_REGRESSION]

@@ -1,0 +1,62 @@
+"""What a rank measures, taken for real in this process (the CPU paths need no torch)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from harness.metrics import summarise
+from repros.common.context import Meters
+from repros.common.measures import MEASURES
+from repros.common.measures.step_cpu_time import StepCpuTime
+from repros.common.measures.train_peak_memory import TrainPeakMemory
+
+CPU = SimpleNamespace(type="cpu")
+MIB = 2**20
+
+
+def test_the_training_peak_counts_what_training_allocates_not_what_was_there_before() -> None:
+    before = bytearray(80 * MIB)  # imports, the model: in the baseline
+    before[::4096] = b"x" * len(before[::4096])
+    meter = TrainPeakMemory(CPU)
+    meter.training_begins()
+    during = bytearray(64 * MIB)
+    during[::4096] = b"y" * len(during[::4096])  # touch every page
+    del during  # freed before the end: a peak, not a level
+    result = meter.result()
+    assert result is not None and result["kind"] in ("cpu_rss_hwm_above_baseline", "cpu_rss_sampled_above_baseline")
+    if result["kind"] == "cpu_rss_hwm_above_baseline":
+        assert 56 * MIB <= result["value"] < 80 * MIB + 64 * MIB, result  # the 64 MiB, not the 80 before
+    del before
+
+
+def test_cpu_time_per_step_counts_work_not_waiting() -> None:
+    meter = StepCpuTime(CPU)
+    meter.resume()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    meter.pause()
+    meter.end_step()
+    meter.resume()
+    time.sleep(0.1)  # waiting costs no CPU
+    meter.pause()
+    meter.end_step()
+    busy, idle = meter.per_step
+    assert busy >= 0.045 and idle < 0.02
+
+
+def test_every_measure_lands_in_the_record_under_its_declared_field() -> None:
+    meters = Meters.for_device(CPU)
+    meters.training_begins()
+    for _ in range(3):
+        meters.resume()
+        meters.pause()
+        meters.end_step()
+    rank = {"rank": 0, "warmup_steps": 1, "measures": meters.results()}
+    fields = summarise([rank, {**rank, "rank": 1}])
+    for measure in MEASURES:
+        assert measure.field in fields
+    assert fields["step_time_s"]["n"] == 2 and fields["step_cpu_time_s"]["n"] == 2
+    assert fields["train_peak_mem_kind"].startswith("cpu_rss")
+    assert fields["step_cuda_time_s"] is None  # nothing on CPU
