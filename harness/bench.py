@@ -171,7 +171,12 @@ def cold_environments(opts: RunOptions, cell_item: PlannedItem, scratch: Path) -
     index = Environments(scratch).index
     builder = UvEnvironments(scratch, index)
     cell = cell_item.cell
-    request = EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer)
+    request = EnvRequest(
+        packages=cell.packages,
+        python=cell.python,
+        exclude_newer=cell.exclude_newer,
+        exclude_packages=cell.exclude_packages,
+    )
     started = time.perf_counter()
     env = builder.get(request)
     cold_s = time.perf_counter() - started

@@ -176,7 +176,9 @@ class DateAxis:
 
     def resolution(self, day: str) -> dict[str, str]:
         if day not in self.resolutions:
-            resolved = self.builder.resolve(self.requirements(), self.base.python, self.cutoff(day))
+            # Named only where the cell has exclusions (a resolver that knows none need not take them).
+            excluded = {"exclude_packages": self.base.exclude_packages} if self.base.exclude_packages else {}
+            resolved = self.builder.resolve(self.requirements(), self.base.python, self.cutoff(day), **excluded)
             self.resolutions[day] = {name: resolved[name] for name in self.base.packages if name in resolved}
         return self.resolutions[day]
 

@@ -45,6 +45,9 @@ class Cell:
     origin: str | None = None
     #: The test model's size (``repros/common/tiny_models.py``): ``tiny`` or ``small``.
     model: str = "tiny"
+    #: Packages kept out of the environment even where a dependency asks for them
+    #: (canonical names; uv's ``--excludes``).
+    exclude_packages: tuple[str, ...] = ()
 
     @property
     def provider(self) -> str:
@@ -255,6 +258,31 @@ def _merge_packages(path: Path, cell_name: str, defaults: dict[str, Any], own: d
     return merged
 
 
+def _exclusions(
+    path: Path, cell_name: str, raw: dict[str, Any], defaults: dict[str, Any], packages: dict[str, str]
+) -> tuple[str, ...]:
+    """The cell's ``exclude_packages`` (its own list replaces the defaults'), canonical names.
+    A package both installed and excluded is a contradiction, refused here."""
+    source = f"cells.{cell_name}" if "exclude_packages" in raw else "defaults"
+    names = raw.get("exclude_packages", defaults.get("exclude_packages")) or []
+    excluded: list[str] = []
+    for i, name in enumerate(names):
+        key = canonicalize_name(name)
+        if key in excluded:
+            raise UserError(
+                path, f"{source}.exclude_packages[{i}]", f"names {key} twice", "keep one of the two spellings"
+            )
+        if key in packages:
+            raise UserError(
+                path,
+                f"{source}.exclude_packages[{i}]",
+                f"excludes {name!r}, which cell {cell_name} installs ({key}{packages[key]})",
+                f"remove it from exclude_packages, or set packages.{name}: null in cells.{cell_name}",
+            )
+        excluded.append(key)
+    return tuple(sorted(excluded))
+
+
 def _check_date(path: Path, field: str, value: str | None) -> str | None:
     if value is None:
         return None
@@ -349,6 +377,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             repros=tuple(cell_repros) if cell_repros is not None else None,
             description=str(raw.get("description", "")),
             model=str(raw.get("model", defaults.get("model", "tiny"))),
+            exclude_packages=_exclusions(path, name, raw, defaults, packages),
         )
 
     excludes: list[Exclude] = []

@@ -16,8 +16,12 @@ fixed: the same scenario with the fixed trainer's guards (``merge-before-sync``)
        on a copy (``merge_and_unload``), strict load, logit check; in the same run the check is
        shown to refuse a prefix-stripped unmerged sync.
 
-The target is the real vLLM engine where vLLM imports and a GPU is present, else a fresh
-transformers model loaded with vLLM's strictness (repros/common/weight_sync.py).
+The target is the real vLLM engine wherever vLLM is installed (matrix cell ``vllm-cpu``: an
+engine process of its own started by rank 0, weights through its worker), else a fresh
+transformers model loaded with the strictness of vLLM <= 0.6 (repros/common/weight_sync.py).
+Each rank 0 record says which (``weight_sync.target``), and rank 0's log ends with a line
+naming it. The model is the tiny Qwen2 with 2 heads and 1 KV head (head_dim 32, which vLLM's
+CPU attention needs), in every cell.
 """
 
 from __future__ import annotations
@@ -35,7 +39,10 @@ PEFT_NAME = rf"(?:base_model\.model\.[\w.]+|[\w.]*\.{_PEFT_PART}(?:\.[\w.]+)?)"
 _ESTABLISHED = (
     "python -m harness run --matrix M --repros F4, M = matrix.yaml's defaults with cells current, "
     "deepspeed==0.19.2 and transformers==4.57.6 (2026-11-23, torch 2.13.0+cpu, peft 0.21.2, 2 ranks, gloo): "
-    "bug REPRODUCED (F4.keyerror-peft-name) and fixed PASS in all three"
+    "bug REPRODUCED (F4.keyerror-peft-name) and fixed PASS in all three; "
+    "python -m harness run --cells vllm-cpu --repros F4 (2026-11-23, the real engine: vllm-cpu 0.32.0, "
+    "transformers 5.19.0): bug REPRODUCED (F4.no-module-peft-prefix, raised by vLLM's loader) and fixed PASS "
+    "(vLLM's prompt logprobs within 0.05 of the trained model's)"
 )
 
 _MISSING = re.compile(r"Missing key\(s\) in state_dict: (?P<keys>[^\n]*?)\.\s*(?:\n|$)")
@@ -78,8 +85,10 @@ SPEC = ReproSpec(
         Signature(
             id="F4.no-module-peft-prefix",
             exception="ValueError",
-            # vLLM V1 runs the loader in its engine process; what a collective_rpc failure
-            # re-raises there is an assumption (not run here): a plain Exception, same text.
+            # As raised in the worker (vllm-cpu 0.32.0, engine in-process: what F4's engine
+            # process answers); through a multiprocess engine's collective_rpc the caller gets a
+            # plain Exception, "Call to collective_rpc method failed: Worker failed with error
+            # '<the same text>'" (seen here once, outside the harness).
             aliases=("Exception",),
             pattern=rf"There is no module or parameter named '(?:base_model|[\w.]*{_PEFT_PART}[\w.]*)' in \w+",
             description="vLLM's AutoWeightsLoader walking the model by the first part of a PEFT name",
@@ -102,10 +111,11 @@ SPEC = ReproSpec(
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
+    from unittest import mock
+
     import torch.distributed as dist
 
-    from repros.common import weight_sync
-    from repros.common.fixed_trainer import train
+    from repros.common import fixed_trainer, weight_sync
     from repros.common.guards import apply_guards, choose_guards
     from repros.common.scenario import Scenario
 
@@ -121,18 +131,30 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         sync_weights=True,
     )
     guards = choose_guards(scenario) if ctx.mode == "fixed" else []
-    trained = train(scenario, ctx, guards)
+    # F4 trains the engine's model (2 heads, 1 KV head: vLLM's CPU attention has no head_dim 16)
+    # in every cell, so the stand-in and the real engine see one model. The fixed trainer takes no
+    # base model, so its ``tiny_qwen2`` is replaced for this call (each item is a process of its own);
+    # ``check_engine_model`` makes sure it took.
+    with mock.patch.object(fixed_trainer, "tiny_qwen2", weight_sync.engine_tiny_qwen2):
+        trained = fixed_trainer.train(scenario, ctx, guards)
+    weight_sync.check_engine_model(trained.model)
 
     facts: dict[str, object] = {}
     ctx.facts["weight_sync"] = facts
     # Rank 0 alone talks to the engine, as in OpenRLHF; the others take part in the gathers.
     target = weight_sync.make_target(ctx.device) if ctx.rank == 0 else None
     if target is not None:
-        facts["target"] = target.kind
-    facts["zero3_partitioned_params"] = weight_sync.partitioned_count(trained.model)
-    if apply_guards(scenario, guards).merge_before_sync:
-        weight_sync.sync_merged(trained, target, facts)
-    else:
-        weight_sync.sync_unmerged(trained.model, target, facts)
+        facts.update(target.facts())
+    try:
+        facts["zero3_partitioned_params"] = weight_sync.partitioned_count(trained.model)
+        if apply_guards(scenario, guards).merge_before_sync:
+            weight_sync.sync_merged(trained, target, facts)
+        else:
+            weight_sync.sync_unmerged(trained.model, target, facts)
+    finally:
+        if target is not None:
+            target.close()
+            facts.update(target.facts())
+            print(weight_sync.summary(facts), flush=True)
     if dist.is_initialized():
         dist.barrier()

@@ -21,6 +21,8 @@ class EnvRequest:
     packages: dict[str, str]
     python: str
     exclude_newer: str | None
+    #: Packages never installed, even as a dependency (uv's ``--excludes``); canonical names.
+    exclude_packages: tuple[str, ...] = ()
 
     def requirements(self) -> list[str]:
         return [f"{name}{spec}" for name, spec in sorted(self.packages.items())]

@@ -33,6 +33,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,8 @@ RECIPE_VERSION = 4
 #: triples the compile time, and the JIT build it replaces had none either).
 DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "CFLAGS": "-g0"}
 READY_MARKER = "READY"
+#: The packages a cell leaves out (``exclude_packages``), as uv's ``--excludes`` reads them.
+EXCLUDES_FILE = "excludes.txt"
 ENV_RECORD = "env.json"
 UV_TIMEOUT_S = 1800
 
@@ -123,7 +126,7 @@ class UvEnvironments:
 
     def key_material(self, request: EnvRequest) -> dict[str, object]:
         python_path, python_version = self.find_python(request.python)
-        return {
+        material: dict[str, object] = {
             "recipe": RECIPE_VERSION,
             "requirements": request.requirements(),
             "python": {"request": request.python, "version": python_version, "path": python_path},
@@ -132,6 +135,10 @@ class UvEnvironments:
             "uv": self.uv_version(),
             "platform": sys.platform,
         }
+        if request.exclude_packages:
+            # Only when there are some: every environment built without exclusions keeps its key.
+            material["exclude_packages"] = sorted(request.exclude_packages)
+        return material
 
     def key(self, request: EnvRequest) -> str:
         material = json.dumps(self.key_material(request), sort_keys=True)
@@ -245,22 +252,31 @@ class UvEnvironments:
         if out.returncode != 0:
             raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
 
-    def resolve(self, requirements: list[str], python: str, exclude_newer: str | None) -> dict[str, str]:
+    def resolve(
+        self,
+        requirements: list[str],
+        python: str,
+        exclude_newer: str | None,
+        exclude_packages: tuple[str, ...] = (),
+    ) -> dict[str, str]:
         """What ``requirements`` resolve to (package -> version) without installing
-        anything, as of ``exclude_newer`` when given."""
+        anything, as of ``exclude_newer`` when given, ``exclude_packages`` left out."""
         python_path, _ = self.find_python(python)
         args = ["pip", "compile", "--no-header", "--no-annotate", "--python", python_path, *self.index.uv_args()]
         if exclude_newer:
             args += ["--exclude-newer", exclude_newer]
-        out = subprocess.run(
-            [self.uv, *args, "-"],
-            input="\n".join(requirements) + "\n",
-            capture_output=True,
-            text=True,
-            env=self._uv_env(),
-            timeout=UV_TIMEOUT_S,
-            check=False,
-        )
+        with tempfile.TemporaryDirectory(prefix="ft-regress-resolve-") as scratch:
+            if exclude_packages:
+                args += ["--excludes", str(write_excludes(Path(scratch), exclude_packages))]
+            out = subprocess.run(
+                [self.uv, *args, "-"],
+                input="\n".join(requirements) + "\n",
+                capture_output=True,
+                text=True,
+                env=self._uv_env(),
+                timeout=UV_TIMEOUT_S,
+                check=False,
+            )
         if out.returncode != 0:
             raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
         resolved: dict[str, str] = {}
@@ -276,6 +292,9 @@ class UvEnvironments:
         args = ["pip", "install", "--link-mode", "copy", "--python", python, *self.index.uv_args()]
         if request.exclude_newer:
             args += ["--exclude-newer", request.exclude_newer]
+        if request.exclude_packages:
+            # Written by _build beside the venv (python is <env>/venv/bin/python).
+            args += ["--excludes", str(Path(python).parent.parent.parent / EXCLUDES_FILE)]
         return args
 
     def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
@@ -285,6 +304,8 @@ class UvEnvironments:
         venv = env_dir / "venv"
         self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log)
         python = str(venv / "bin" / "python")
+        if request.exclude_packages:
+            write_excludes(env_dir, request.exclude_packages)
         packages = dict(request.packages)
         deepspeed_ops = None
         if "deepspeed" in packages and "torch" in packages:
@@ -299,6 +320,9 @@ class UvEnvironments:
         extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
         self._uv([*self._install_args(python, request), *extra, *requirements], log)
         listing = list_distributions(python)
+        present = sorted(set(request.exclude_packages) & set(listing.packages))
+        if present:  # uv honours --excludes; this only guards against an installer that did not
+            raise EnvironmentUnavailable(f"excluded packages were installed anyway: {', '.join(present)}")
         return Environment(
             key=key,
             python=python,
@@ -341,6 +365,13 @@ class UvEnvironments:
         return {"prebuilt": prebuilt_ops(python), "pair": pair, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def write_excludes(directory: Path, packages: tuple[str, ...]) -> Path:
+    """uv's ``--excludes`` file (one requirement name a line) for ``packages``, in ``directory``."""
+    path = directory / EXCLUDES_FILE
+    path.write_text("".join(f"{name}\n" for name in sorted(packages)), encoding="utf-8")
+    return path
+
+
 def python_identity(python: str) -> str:
     """The interpreter a venv was made from (its ``pyvenv.cfg`` home and version), else its path."""
     cfg = Path(python).parent.parent / "pyvenv.cfg"
@@ -374,4 +405,11 @@ class UvProvider:
         self.builder = builder
 
     def get(self, cell: Cell) -> Environment:
-        return self.builder.get(EnvRequest(packages=cell.packages, python=cell.python, exclude_newer=cell.exclude_newer))
+        return self.builder.get(
+            EnvRequest(
+                packages=cell.packages,
+                python=cell.python,
+                exclude_newer=cell.exclude_newer,
+                exclude_packages=cell.exclude_packages,
+            )
+        )

