@@ -24,6 +24,9 @@ from markupsafe import Markup
 
 from harness import __version__
 from harness.costs import entries as cost_entries
+from harness.grid_report import changes_between_cells as grid_changes
+from harness.grid_report import new_failures as grid_new_failures
+from harness.grid_report import table_data as grid_table
 from harness.guard_cost import guard_costs
 from harness.history import PastRun, history_items, load_history
 from harness.plots import costs_plot, fixed_trainer_plot, guard_cost_plot, history_plot
@@ -177,6 +180,7 @@ def render_report(
     cells, table = _matrix(records, excluded, planned, finished=bool(meta.get("finished_at")))
     priced, unpriced = guard_costs(records)
     costs = cost_entries([records]) if any(r.get("variant") for r in records) else []
+    grid_cells, grid_rows = grid_table(records) if any(r.get("scenario") for r in records) else ([], [])
     script = _static("report.js")
     plots = {
         "fixed": fixed_trainer_plot(records),
@@ -198,6 +202,10 @@ def render_report(
         priced=priced,
         unpriced=unpriced,
         costs=costs,
+        grid_cells=grid_cells,
+        grid_rows=grid_rows,
+        grid_failures=grid_new_failures(records),
+        grid_changes=grid_changes(records),
         history_runs=list(history),
         history_skipped=list(history_skipped),
         history_rows=_history(history),
