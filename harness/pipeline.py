@@ -122,10 +122,16 @@ def cell_meta(cell: Cell, resolved: Resolved) -> dict[str, Any]:
 
 def progress_line(record: ItemRecord) -> str:
     """One line per finished item: outcome against expectation, time, and the error."""
-    mark = "✓" if record["matched"] else "✗"
+    if record["matched"]:
+        mark, against = "✓", f"expected {record['expected']}"
+    elif record["expected"] is None:
+        # Variants, grid combinations and explored cells carry no expectation: what they observe is the finding.
+        mark, against = "·", "no expectation"
+    else:
+        mark, against = "✗", f"expected {record['expected']}"
     line = (
         f"{mark} {record['cell']}/{record['repro']}/{record['mode']}: {record['outcome']} "
-        f"(expected {record['expected']}) {record['wall_s']:.1f}s"
+        f"({against}) {record['wall_s']:.1f}s"
     )
     error = record.get("error")
     if error:

@@ -82,3 +82,15 @@ def test_escape_codes_from_a_run_never_reach_the_terminal_and_merge_can_be_retri
     # A merge into a directory that already holds a run is refused, and nothing of it is touched.
     again = piped("merge", str(merged), str(shard))
     assert again.returncode == 2 and "choose a new OUT directory" in again.stderr
+
+
+def test_progress_line_tells_a_missed_expectation_from_an_item_that_has_none() -> None:
+    from harness.pipeline import progress_line
+
+    base = {"cell": "c", "repro": "F1", "wall_s": 1.0, "error": None, "reasons": []}
+    assert progress_line({**base, "mode": "as-documented", "outcome": "REPRODUCED", "expected": "REPRODUCED",
+                          "matched": True}).startswith("✓ c/F1/as-documented: REPRODUCED (expected REPRODUCED)")
+    assert progress_line({**base, "mode": "as-documented", "outcome": "PASS", "expected": "REPRODUCED",
+                          "matched": False}).startswith("✗ c/F1/as-documented: PASS (expected REPRODUCED)")
+    variant = progress_line({**base, "mode": "zero2", "outcome": "PASS", "expected": None, "matched": False})
+    assert variant.startswith("· c/F1/zero2: PASS (no expectation)") and "None" not in variant
