@@ -15,9 +15,9 @@ from rich.text import Text
 from harness import options
 from harness.commands.base import Command
 from harness.costs import COSTS_FILE, entries, plan_costs, write_costs
-from harness.errors import UserError
+from harness.errors import EXIT_USAGE, UserError
 from harness.observe import now
-from harness.pipeline import RunSession, new_run_id
+from harness.pipeline import EXIT_INTERRUPTED, RunSession, new_run_id
 from harness.run_dir import RunDir
 from harness.summary import format_bytes
 from harness.terminal import plain
@@ -93,19 +93,33 @@ class CostsCommand(Command):
                             "pick repros and cells that run together")
         rounds = []
         started = now()
+        interrupted: str | None = None
         for number in range(1, args.rounds + 1):
             opts = dataclasses.replace(base, out_dir=out / f"round-{number}")
             console.print(f"costs: round {number} of {args.rounds}, {len(plan.items)} items", highlight=False)
-            RunSession(opts, console, argv, None, plan=plan, kind="costs").execute()
-            rounds.append(RunDir(out / f"round-{number}").records())
+            status = RunSession(opts, console, argv, None, plan=plan, kind="costs").execute()
+            round_dir = RunDir(out / f"round-{number}")
+            rounds.append(round_dir.records())
+            if status == EXIT_INTERRUPTED or status == EXIT_USAGE:
+                # What ran is kept and priced; the table says it is partial, and no further round starts.
+                interrupted = str(round_dir.read_meta().get("interrupted") or "a record could not be written")
+                break
         found = entries(rounds, {k: r.spec for k, r in base.discovery.repros.items()})
-        path = write_costs(out / COSTS_FILE, found, {"started_at": started, "finished_at": now(), "argv": list(argv),
-                                                     "model": base.model, "rounds": args.rounds})
+        meta = {"started_at": started, "finished_at": now(), "argv": list(argv), "model": base.model,
+                "rounds": len(rounds)}
+        if interrupted:
+            meta |= {"interrupted": interrupted, "planned_items": len(plan.items) * args.rounds,
+                     "ran_items": sum(len(r) for r in rounds)}
+        path = write_costs(out / COSTS_FILE, found, meta)
         console.print(costs_table(found))
         for entry in found:
             if entry.get("claim") and entry["outcome"] != "PASS":
                 console.print(plain(f"claim not borne out in {entry['cell']}: {entry['repro']} {entry['variant']} "
                                     f"({entry['claim']}) ended {entry['outcome']}"), highlight=False, markup=False)
         console.print(f"costs: {path}", highlight=False, markup=False)
+        if interrupted:
+            console.print(f"costs: interrupted ({interrupted}) after {meta['ran_items']} of {meta['planned_items']} "
+                          "items: the table holds only what ran", highlight=False, markup=False)
+            return EXIT_INTERRUPTED
         unobserved = [e for e in found if e["outcome"] in UNOBSERVED or e["outcome"] == Outcome.CRASH]
         return 1 if unobserved else 0

@@ -46,3 +46,37 @@ def test_rounds_give_the_median_and_the_run_to_run_spread() -> None:
     (entry,) = entries(rounds, {})
     assert entry["rounds"] == 2 and entry["step_cpu_time_s"] == 2.05
     assert abs(entry["spread"]["step_cpu_time"] - 0.1 / 2.05) < 1e-9
+
+
+def test_an_interrupted_costs_run_keeps_what_ran_says_it_is_partial_and_starts_no_further_round(
+    tmp_path, monkeypatch
+) -> None:
+    import json
+
+    from harness import cli
+    from harness.commands import costs as costs_command
+    from harness.run_dir import RunDir
+
+    started: list[str] = []
+
+    class Interrupted:
+        """A round that ran one item, then met Ctrl-C."""
+
+        def __init__(self, opts, *args, **kwargs) -> None:
+            self.out = opts.out_dir
+
+        def execute(self) -> int:
+            started.append(str(self.out))
+            run = RunDir.create(self.out)
+            run.write_meta({"interrupted": "SIGINT"})
+            run.results_path.write_text(json.dumps(record("as-documented", "PASS", 300 * MIB, 2.0)) + "\n")
+            return 130
+
+    monkeypatch.setattr(costs_command, "RunSession", Interrupted)
+    out = tmp_path / "costs"
+    status = cli.main(["costs", "--matrix", str(REPO_ROOT / "matrix.yaml"), "--cells", "current", "--repros", "F1",
+                       "--rounds", "3", "--out", str(out)])
+    assert status == 130 and len(started) == 1
+    written = json.loads((out / "costs.json").read_text())
+    assert written["interrupted"] == "SIGINT" and written["rounds"] == 1 and written["ran_items"] == 1
+    assert written["planned_items"] > written["ran_items"]
