@@ -14,7 +14,7 @@ from rich.console import Console
 from harness import options
 from harness.commands.base import Command
 from harness.dispatch import ItemPolicy
-from harness.errors import UserError
+from harness.errors import EXIT_USAGE, UserError
 from harness.grid import (
     GRID_MODULE,
     annotate,
@@ -24,7 +24,7 @@ from harness.grid import (
     restrict,
 )
 from harness.grid_report import print_grid
-from harness.pipeline import RunSession, new_run_id
+from harness.pipeline import EXIT_INTERRUPTED, RunSession, new_run_id
 from harness.planning import Plan, selected_cells
 from harness.records import ItemRecord
 from harness.repro_registry import Repro
@@ -97,7 +97,7 @@ class GridCommand(Command):
             follow_ups=guarded_follow_up,
         )
         started = time.perf_counter()
-        RunSession(opts, console, argv, None, plan=plan, kind="grid", policy=policy).execute()
+        status = RunSession(opts, console, argv, None, plan=plan, kind="grid", policy=policy).execute()
         wall = time.perf_counter() - started
         run_dir = RunDir(out)
         records = run_dir.records()
@@ -121,6 +121,8 @@ class GridCommand(Command):
                                 f"expected {r['expected']}"), highlight=False, markup=False)
         for line in regressed:
             console.print(plain(f"✗ regressed since {previous.path.name}: {line}"), highlight=False, markup=False)  # type: ignore[union-attr]
+        if status in (EXIT_INTERRUPTED, EXIT_USAGE):
+            return status  # the run said what was not run and how to resume
         return 1 if mismatched or regressed else 0
 
 
