@@ -111,8 +111,6 @@ SPEC = ReproSpec(
 
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
-    from unittest import mock
-
     import torch.distributed as dist
 
     from repros.common import fixed_trainer, weight_sync
@@ -131,11 +129,9 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         sync_weights=True,
     )
     guards = choose_guards(scenario) if ctx.mode == "fixed" else []
-    # F4 trains the engine's model (2 heads, 1 KV head: vLLM's CPU attention has no head_dim 16)
-    # in every cell, so the stand-in and the real engine see one model. The fixed trainer takes no
-    # base model, so its ``tiny_qwen2`` is replaced for this call (each item is a process of its own);
-    # ``check_engine_model`` makes sure it took.
-    with mock.patch.object(fixed_trainer, "tiny_qwen2", weight_sync.engine_tiny_qwen2):
+    # F4 trains the engine's model (2 heads, 1 KV head) in every cell, so the stand-in and the
+    # real engine see one model.
+    with weight_sync.training_the_engine_model():
         trained = fixed_trainer.train(scenario, ctx, guards)
     weight_sync.check_engine_model(trained.model)
 

@@ -125,10 +125,14 @@ def sync(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> N
     target = weight_sync.make_target(ctx.device) if ctx.rank == 0 else None
     if target is not None:
         facts["target"] = target.kind
-    if scenario.merge_before_sync:
-        weight_sync.sync_merged(trained, target, facts)
-    else:
-        weight_sync.sync_unmerged(trained.model, target, facts)
+    try:
+        if scenario.merge_before_sync:
+            weight_sync.sync_merged(trained, target, facts)
+        else:
+            weight_sync.sync_unmerged(trained.model, target, facts)
+    finally:
+        if target is not None:
+            target.close()  # a real engine is a process of its own
     _barrier()
 
 

@@ -33,6 +33,14 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
     scenario = replace(Scenario(), **scenario_overrides(ctx.params["scenario"]))
     guards = choose_guards(scenario) if ctx.mode == "fixed" else []
     ctx.facts["combination"] = dict(ctx.params["scenario"])
-    trained = train(scenario, ctx, guards)
+    if scenario.after_training == "sync":
+        # The sync target runs the engine's model: train that one (weight_sync.training_the_engine_model).
+        from repros.common import weight_sync
+
+        with weight_sync.training_the_engine_model():
+            trained = train(scenario, ctx, guards)
+        weight_sync.check_engine_model(trained.model)
+    else:
+        trained = train(scenario, ctx, guards)
     raise_if_layer_adapters_got_no_gradient(ctx.facts["train"])
     after_training(trained, apply_guards(scenario, guards), ctx)

@@ -133,6 +133,23 @@ def engine_tiny_qwen2(seed: int = 0) -> Any:
     return model
 
 
+@contextlib.contextmanager
+def training_the_engine_model() -> Iterator[None]:
+    """While open, the fixed trainer builds its base, plain or quantized, as ``engine_tiny_qwen2``
+    (the engine's head layout: vLLM's CPU attention has no head_dim 16), so that what is trained
+    and what the sync target runs are one model. Each item is a process of its own, so replacing
+    the factory for the call is safe; ``check_engine_model`` afterwards makes sure it took."""
+    from unittest import mock
+
+    from repros.common import fixed_trainer, tiny_models
+
+    with (
+        mock.patch.object(fixed_trainer, "tiny_qwen2", engine_tiny_qwen2),
+        mock.patch.object(tiny_models, "tiny_qwen2", engine_tiny_qwen2),  # quantized.py imports it per call
+    ):
+        yield
+
+
 def check_engine_model(model: Any) -> None:
     """Raise unless ``model`` (a PEFT model or a plain one) is ``engine_tiny_qwen2``'s shape."""
     config = model.config
@@ -141,7 +158,7 @@ def check_engine_model(model: Any) -> None:
         raise RuntimeError(
             f"F4 trained a model with {heads[0]} heads and {heads[1]} KV heads, not the engine model's "
             f"{ENGINE_ATTENTION_HEADS} and {ENGINE_KV_HEADS}: the fixed trainer no longer builds its base with "
-            "tiny_qwen2 (see repros/f4_lora_weight_sync.py)"
+            "tiny_qwen2 (see training_the_engine_model)"
         )
 
 
