@@ -3,6 +3,7 @@ changed between cells (which combinations a version bump broke or fixed)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -78,6 +79,15 @@ def changes_between_cells(records: Sequence[ItemRecord]) -> list[tuple[str, list
     return found
 
 
+def raised_at(traceback: str) -> str:
+    """The innermost frame of a Python traceback, as ``file:line in function``; "" without one."""
+    frames = re.findall(r'^\s*File "([^"]+)", line (\d+), in (.+)$', traceback, flags=re.MULTILINE)
+    if not frames:
+        return ""
+    path, line, function = frames[-1]
+    return f"{path}:{line} in {function.strip()}"
+
+
 def print_grid(console: Console, records: Sequence[ItemRecord]) -> None:
     failures = new_failures(records)
     if failures:
@@ -91,6 +101,9 @@ def print_grid(console: Console, records: Sequence[ItemRecord]) -> None:
             elif r.get("reasons"):
                 line += f" - {r['reasons'][0]}"
             console.print(plain(line), highlight=False, markup=False)
+            where = raised_at(error.get("traceback") or "")
+            if where:
+                console.print(plain(f"    raised at {where}"), highlight=False, markup=False)
             console.print(plain(f"    rerun: {r.get('repro_cmd')}"), highlight=False, markup=False)
     cells, rows = table_data(records)
     table = Table(title="the config grid: each combination as users write it, per cell (→ the same through the guards)",

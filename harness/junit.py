@@ -42,6 +42,8 @@ def _case(record: ItemRecord) -> TestCase:
     details = [f"{error.get('type')}: {error.get('message')}"] if error else []
     details += list(record.get("reasons") or [])
     details.append(f"rerun: {record.get('repro_cmd')}")
+    if error.get("traceback"):
+        details.append(f"traceback (rank {error.get('rank')}):\n{error['traceback']}")
     failure.text = _text("\n".join(details))
     case.result = [failure]
     return case

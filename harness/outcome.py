@@ -43,6 +43,7 @@ class ErrorInfo:
     type: str
     message: str
     rank: int | None
+    traceback: str | None = None
 
     @property
     def first_line(self) -> str:
@@ -131,7 +132,8 @@ def _errors(launch: LaunchResult) -> list[tuple[int, ErrorInfo, dict[str, Any]]]
     return [
         (
             rank,
-            ErrorInfo(type=str(rec["error"].get("type")), message=str(rec["error"].get("message", "")), rank=rank),
+            ErrorInfo(type=str(rec["error"].get("type")), message=str(rec["error"].get("message", "")), rank=rank,
+                      traceback=rec["error"].get("traceback") if isinstance(rec["error"].get("traceback"), str) else None),
             rec,
         )
         for rank, rec in _rank_errors(launch)

@@ -29,6 +29,9 @@ IDENTITY_FIELDS = ("schema_version", "cell", "repro", "mode", "outcome")
 #: The longest error message a record keeps in the results file; the full text stays in the
 #: rank's own record and log, and ``error.full_message_chars`` says how long it was.
 MAX_MESSAGE_CHARS = 2000
+#: The longest traceback a record keeps: its end (the raising frames and the exception), where
+#: the cause of a failure nobody has named yet is read.
+MAX_TRACEBACK_CHARS = 6000
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class ErrorSummary(TypedDict, total=False):
     message: Required[str]
     rank: Required[int | None]
     full_message_chars: int
+    #: The failing rank's traceback (its last ``MAX_TRACEBACK_CHARS`` characters).
+    traceback: str
 
 
 class RankSummary(TypedDict, total=False):
@@ -173,12 +178,15 @@ def tracked_versions(env: Environment | None) -> dict[str, str | None]:
     return versions
 
 
-def error_summary(error_type: str, message: str, rank: int | None) -> ErrorSummary:
-    """The first non-blank line of ``message``, capped; the full length recorded where it was cut."""
+def error_summary(error_type: str, message: str, rank: int | None, traceback: str | None = None) -> ErrorSummary:
+    """The first non-blank line of ``message``, capped; the full length recorded where it was cut;
+    and the end of the rank's traceback where there is one."""
     first = next((ln for ln in message.splitlines() if ln.strip()), "")
     summary: ErrorSummary = {"type": error_type, "message": first[:MAX_MESSAGE_CHARS], "rank": rank}
     if len(first) > MAX_MESSAGE_CHARS:
         summary["full_message_chars"] = len(message)
+    if traceback:
+        summary["traceback"] = traceback[-MAX_TRACEBACK_CHARS:]
     return summary
 
 
@@ -249,7 +257,8 @@ def item_record(
         **summarise(records),
         "wall_s": round(launch.wall_s, 3),
         "error": (
-            error_summary(observation.error.type, observation.error.message, observation.error.rank)
+            error_summary(observation.error.type, observation.error.message, observation.error.rank,
+                          observation.error.traceback)
             if observation.error
             else None
         ),

@@ -107,3 +107,38 @@ def test_a_combination_that_trained_and_now_fails_is_a_regression_in_compare() -
             "scenario": {"engine": "deepspeed-zero3"}, "matched": False, "expected": None}
     changes = compare_runs([{**base, "outcome": "PASS"}], [{**base, "outcome": "NEW_FAILURE"}])  # type: ignore[list-item]
     assert [c.kind for c in changes] == [NEW_REGRESSION]
+
+
+TRACEBACK = '''Traceback (most recent call last):
+  File "/w/repros/common/rank_main.py", line 160, in main
+    repro.run(ctx)
+  File "/env/site-packages/torch/distributed/tensor/_dispatch.py", line 412, in _try_replicate_spec_for_scalar_tensor
+    raise RuntimeError(
+RuntimeError: aten.copy_.default got mixed torch.Tensor and DTensor
+'''
+
+
+def test_a_new_failure_keeps_its_traceback_and_the_grid_says_where_it_was_raised() -> None:
+    import io
+
+    from rich.console import Console
+
+    from harness.grid_report import print_grid
+    from harness.junit import _case
+    from harness.outcome import classify_scenario
+    from harness.records import error_summary
+    from tests.unit.rank_records import error_record, failed_launch
+
+    rank = error_record(1, "RuntimeError", "aten.copy_.default got mixed torch.Tensor and DTensor")
+    rank["error"]["traceback"] = TRACEBACK
+    observed = classify_scenario(None, failed_launch({0: None, 1: rank}, {0: -15, 1: 1}), [])
+    assert observed.outcome == "NEW_FAILURE" and observed.error is not None
+    error = error_summary(observed.error.type, observed.error.message, observed.error.rank, observed.error.traceback)
+    assert error["traceback"].endswith("got mixed torch.Tensor and DTensor\n") and error["rank"] == 1
+    record = {"schema_version": 1, "cell": "c", "repro": "fsdp2+lora", "mode": AS_WRITTEN, "outcome": "NEW_FAILURE",
+              "scenario": {"engine": "fsdp2"}, "error": error, "matched": False, "expected": None, "wall_s": 1.0,
+              "signature": None, "reasons": [], "repro_cmd": "ft-regress grid ..."}
+    out = io.StringIO()
+    print_grid(Console(file=out, width=200), [record])  # type: ignore[list-item]
+    assert "raised at /env/site-packages/torch/distributed/tensor/_dispatch.py:412" in out.getvalue()
+    assert "_dispatch.py" in (_case(record).result[0].text or "")  # type: ignore[arg-type]
