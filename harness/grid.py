@@ -66,6 +66,13 @@ class GridExpectation(Rule):
     versions: Mapping[str, str] = field(default_factory=dict)
     established_by: str = ""
 
+    def names(self, signature: str | None) -> bool:
+        """Whether ``signature`` is the one expected: the rule's exact signature
+        (``F1.recompute-shape-0``), any of a repro's (``F5``), or anything where it names none."""
+        if self.signature is None:
+            return True
+        return signature is not None and (signature == self.signature or signature.startswith(self.signature + "."))
+
     def holds(self, combination: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
         if not self.covers(combination):
             return False
@@ -241,6 +248,4 @@ def annotate(grid: Grid, record: ItemRecord) -> None:
     record["expected"] = rule.outcome
     record["expected_established_by"] = rule.established_by
     record["expected_when"] = {**{a: ",".join(v) for a, v in rule.match.items()}, **rule.versions}
-    record["matched"] = record["outcome"] == rule.outcome and (
-        rule.signature is None or record.get("signature") == rule.signature
-    )
+    record["matched"] = record["outcome"] == rule.outcome and rule.names(record.get("signature"))

@@ -107,7 +107,7 @@ class GridCommand(Command):
                         "items": len(records), "wall_s": round(wall, 1),
                         "items_per_minute": round(60 * len(records) / wall, 2) if wall else None}
         mismatched = [r for r in records if r.get("expected") and not r.get("matched")]
-        previous = previous_grid_run(opts.reports_dir, out)
+        previous = previous_grid_run(out.parent, out)  # the runs kept beside this one
         regressed = regressions(previous.records(), records) if previous is not None else []
         meta["grid"]["regressions"] = regressed
         meta["grid"]["previous"] = str(previous.path) if previous else None

@@ -31,7 +31,8 @@ def _fresh_base(scenario: Scenario) -> Any:
     if scenario.quantization:
         from repros.common.quantized import load_quantized_tiny_qwen2
 
-        return load_quantized_tiny_qwen2(scenario.quantization, no_repack=True)
+        # Loaded as the trained base was (the repack guard changes the CPU 4-bit kernels).
+        return load_quantized_tiny_qwen2(scenario.quantization, no_repack=scenario.bnb_no_repack)
     from repros.common.tiny_models import tiny_qwen2
 
     return tiny_qwen2()
@@ -45,8 +46,14 @@ def _logits(model: Any, batch: Any, bf16: bool) -> Any:
         return model(input_ids=batch).logits.float().cpu()
 
 
-def _compare(facts: dict[str, Any], got: Any, reference: Any, base: Any, bf16: bool) -> float:
-    tolerance = TOLERANCE[bf16]
+def _tolerance(scenario: Scenario) -> float:
+    """The coarse tolerance where the forward is approximate: bf16, or a quantized base (4-bit
+    computes in bf16; LLM.int8 quantizes the activations too), the fine one in float32."""
+    return TOLERANCE[bool(scenario.bf16 or scenario.quantization)]
+
+
+def _compare(facts: dict[str, Any], got: Any, reference: Any, base: Any, scenario: Scenario) -> float:
+    tolerance = _tolerance(scenario)
     diff = float((got - reference).abs().max())
     base_diff = float((base - reference).abs().max())
     facts.update(max_abs_diff=diff, base_max_abs_diff=base_diff, tolerance=tolerance)
@@ -83,7 +90,7 @@ def save_reload(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any
             base_logits = _logits(base, trained.batch.cpu(), scenario.bf16)
             loaded = PeftModel.from_pretrained(_fresh_base(scenario), directory)
             got = _logits(loaded, trained.batch.cpu(), scenario.bf16)
-            diff = _compare(facts, got, reference, base_logits, scenario.bf16)
+            diff = _compare(facts, got, reference, base_logits, scenario)
             if diff > facts["tolerance"]:
                 raise ReloadedAdapterDiffers(
                     f"the reloaded adapter's logits differ from the trained model's by {diff:.4g} "
@@ -110,7 +117,7 @@ def merge(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> 
                 param.copy_(merged[name])
         base_logits = _logits(tiny_qwen2(), trained.batch.cpu(), scenario.bf16)
         got = _logits(model, trained.batch.cpu(), scenario.bf16)
-        diff = _compare(facts, got, reference, base_logits, scenario.bf16)
+        diff = _compare(facts, got, reference, base_logits, scenario)
         if diff > facts["tolerance"]:
             raise MergedModelDiffers(
                 f"the merged model's logits differ from the trained model's by {diff:.4g} "

@@ -399,6 +399,14 @@ def gathered(params: list[Any]) -> Iterator[None]:
         yield
 
 
+def unsharded(param: Any) -> Any:
+    """FSDP2's sharded parameter (a DTensor) as its full tensor: an all-gather, which every rank
+    must take part in, in the same order. Any other parameter as it is (ZeRO-3's are gathered by
+    ``gathered``)."""
+    full_tensor = getattr(param, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else param
+
+
 def _int8_scales(model: Any) -> dict[int, Any]:
     """Each LLM.int8 weight's row scales, by the weight's id: on the weight until the layer's first
     forward, then in the layer's state (bitsandbytes moves them there and clears the weight's)."""
@@ -459,9 +467,10 @@ def sync_unmerged(model: Any, target: SyncTarget | None, facts: dict[str, Any]) 
         target.begin()
     for name, param in model.named_parameters():
         with gathered([param]):
+            tensor = unsharded(param.data)  # under FSDP2 every rank gathers, as it does under ZeRO-3
             if target is not None:
                 facts["last_param"] = name
-                target.update_weight(name, param.data)
+                target.update_weight(name, tensor)
                 facts["params_sent"] += 1
     if target is not None:
         target.finish()
@@ -473,6 +482,7 @@ def gather_full(model: Any, is_sender: bool) -> tuple[dict[str, Any], dict[str, 
     kept) and ``full`` in float32 with 4-bit weights dequantized; other ranks get ``None``."""
     named = list(model.named_parameters())
     with gathered([p for _, p in named]):
+        named = [(n, unsharded(p)) for n, p in named]  # FSDP2's all-gathers: every rank takes part
         if not is_sender:
             return None
         raw = {n: p.detach().cpu().clone() for n, p in named}

@@ -142,3 +142,17 @@ def test_a_new_failure_keeps_its_traceback_and_the_grid_says_where_it_was_raised
     print_grid(Console(file=out, width=200), [record])  # type: ignore[list-item]
     assert "raised at /env/site-packages/torch/distributed/tensor/_dispatch.py:412" in out.getvalue()
     assert "_dispatch.py" in (_case(record).result[0].text or "")  # type: ignore[arg-type]
+
+
+def test_a_rule_may_name_a_repro_and_then_any_of_its_signatures_matches() -> None:
+    raw = {**RAW, "expect": [{"combination": {"checkpointing": "default"}, "versions": {"transformers": "<5"},
+                              "outcome": "REPRODUCED", "signature": "F5", "established_by": "grid ..."}]}
+    g = load_grid(PATH, raw, ["ci", "nightly"])
+    assert g is not None
+    base = {"mode": AS_WRITTEN, "scenario": {"checkpointing": "default"}, "outcome": "REPRODUCED",
+            "versions": {"transformers": "4.57.6"}, "matched": False, "expected": None}
+    for signature, matched in (("F5.no-grad-fn", True), ("F5.deepspeed-loss-assert", True), ("F1.recompute-shape-0", False),
+                               ("F50.other", False), (None, False)):
+        record = {**base, "signature": signature}
+        annotate(g, record)  # type: ignore[arg-type]
+        assert record["matched"] is matched, signature
