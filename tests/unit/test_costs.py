@@ -80,3 +80,17 @@ def test_an_interrupted_costs_run_keeps_what_ran_says_it_is_partial_and_starts_n
     written = json.loads((out / "costs.json").read_text())
     assert written["interrupted"] == "SIGINT" and written["rounds"] == 1 and written["ran_items"] == 1
     assert written["planned_items"] > written["ran_items"]
+
+
+def test_where_the_documented_scenario_fails_the_workarounds_that_train_are_priced_against_the_fixed_trainer() -> None:
+    rounds = [[
+        record("as-documented", "REPRODUCED", 100 * MIB, 1.0, cell="old"),
+        record("fixed-trainer", "PASS", 200 * MIB, 2.0, cell="old"),
+        record("zero2", "PASS", 50 * MIB, 1.5, cell="old"),
+        record("small-sub-group", "REPRODUCED", 90 * MIB, 1.0, cell="old"),
+    ]]
+    found = {e["variant"]: e for e in entries(rounds, {})}
+    priced = found["zero2"]["against_fixed_trainer"]
+    assert abs(priced["train_peak_mem_ratio"] - 0.25) < 1e-9 and abs(priced["step_cpu_time_s_ratio"] - 0.75) < 1e-9
+    assert found["small-sub-group"]["against_fixed_trainer"] is None  # it does not train: nothing to price
+    assert found["fixed-trainer"]["against_fixed_trainer"] is None
