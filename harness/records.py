@@ -113,6 +113,9 @@ class ItemRecord(TypedDict, total=False):
     train_peak_mem_bytes: int | None
     train_peak_mem_kind: str | None
     train_peak_mem_bytes_per_rank: dict[str, int]
+    #: CUDA: the allocator's reserved memory at its training peak above its baseline.
+    train_peak_mem_reserved_bytes: int | None
+    train_peak_mem_reserved_bytes_per_rank: dict[str, int]
     step_cpu_time_s: StepTime | None
     step_cuda_time_s: StepTime | None
     #: The test model's size the item ran at (``tiny`` or ``small``).

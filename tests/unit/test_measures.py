@@ -60,3 +60,34 @@ def test_every_measure_lands_in_the_record_under_its_declared_field() -> None:
     assert fields["step_time_s"]["n"] == 2 and fields["step_cpu_time_s"]["n"] == 2
     assert fields["train_peak_mem_kind"].startswith("cpu_rss")
     assert fields["step_cuda_time_s"] is None  # nothing on CPU
+
+
+def test_on_cuda_the_training_peaks_are_taken_from_the_allocator_above_the_baseline(monkeypatch) -> None:
+    """A stand-in ``torch.cuda`` (no GPU here): allocated and reserved peaks minus their baselines."""
+    import sys
+
+    from repros.common.measures.train_peak_reserved import TrainPeakReserved
+
+    state = {"allocated": 100 * MIB, "reserved": 128 * MIB, "max_allocated": 0, "max_reserved": 0}
+
+    def reset_peak_memory_stats(device) -> None:
+        state["max_allocated"], state["max_reserved"] = state["allocated"], state["reserved"]
+
+    cuda = SimpleNamespace(
+        synchronize=lambda device=None: None,
+        memory_allocated=lambda device=None: state["allocated"],
+        memory_reserved=lambda device=None: state["reserved"],
+        max_memory_allocated=lambda device=None: state["max_allocated"],
+        max_memory_reserved=lambda device=None: state["max_reserved"],
+        reset_peak_memory_stats=reset_peak_memory_stats,
+    )
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    gpu = SimpleNamespace(type="cuda")
+    allocated, reserved = TrainPeakMemory(gpu), TrainPeakReserved(gpu)
+    state["max_allocated"], state["max_reserved"] = 900 * MIB, 1000 * MIB  # before training: not counted
+    allocated.training_begins()
+    reserved.training_begins()
+    state["max_allocated"], state["max_reserved"] = 300 * MIB, 512 * MIB  # the training's peaks
+    assert allocated.result() == {"kind": "cuda_allocated_above_baseline", "value": 200 * MIB, "baseline": 100 * MIB}
+    assert reserved.result() == {"kind": "cuda_reserved_above_baseline", "value": 384 * MIB}
+    assert TrainPeakReserved(CPU).result() is None  # nothing on CPU

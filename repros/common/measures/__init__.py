@@ -13,10 +13,13 @@ from repros.common.measures.step_cpu_time import StepCpuTime
 from repros.common.measures.step_cuda_time import StepCudaTime
 from repros.common.measures.step_time import StepTime
 from repros.common.measures.train_peak_memory import TrainPeakMemory
+from repros.common.measures.train_peak_reserved import TrainPeakReserved
 
 #: Every meter a rank runs, in the order they are driven (the whole-life peak reads its counter
 #: before the training's peak resets it) and their fields appear in a record.
-METERS: tuple[type[Meter], ...] = (PeakMemory, TrainPeakMemory, StepTime, StepCpuTime, StepCudaTime)
+METERS: tuple[type[Meter], ...] = (
+    PeakMemory, TrainPeakMemory, TrainPeakReserved, StepTime, StepCpuTime, StepCudaTime
+)
 MEASURES: tuple[Measure, ...] = tuple(m.measure for m in METERS)
 
 __all__ = ["MEASURES", "METERS", "Measure", "Meter", "Reduction"]
