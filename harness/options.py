@@ -21,7 +21,7 @@ from typing import Any
 from harness.environments import default_cache_dir
 from harness.errors import UserError
 from harness.launchers import LAUNCHERS, default_launcher
-from harness.matrix import Matrix, load_matrix
+from harness.matrix import Matrix, declared_repros_dirs, load_matrix
 from harness.planning import RunOptions
 from harness.repro_registry import Discovery, discover
 from repros.common.spec import MODES
@@ -148,13 +148,19 @@ def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
     )
 
 
-def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
-    """The matrix and the repros it can name (built-in, ``--repros-dir`` and ``$FT_REGRESS_REPROS``)."""
+def check_repros_dirs(repros_dirs: Sequence[Path]) -> list[Path]:
     for directory in repros_dirs:
         if not Path(directory).is_dir():
-            raise UserError(directory, "--repros-dir", "is not a directory", "pass a directory of repro .py files")
-    discovery = discover([Path(d).resolve() for d in repros_dirs])
+            raise UserError(directory, "--repros-dir", "is not a directory", "pass the directory of your repro files")
+    return [Path(d).resolve() for d in repros_dirs]
+
+
+def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
+    """The matrix and the repros it can name (built-in, ``--repros-dir``, the matrix's ``repros_dirs``
+    and ``$FT_REGRESS_REPROS``)."""
+    given = check_repros_dirs(repros_dirs)
     path = find_matrix(matrix, cwd)
+    discovery = discover([*given, *declared_repros_dirs(path)])
     return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
 
 
