@@ -53,7 +53,7 @@ from harness.leftovers import sweep_dead_runs
 from harness.observe import broken_record, now, observe_item
 from harness.pipeline import new_run_id, start_meta
 from harness.planning import Plan, PlannedItem, RunOptions, plan_items
-from harness.records import ItemRecord
+from harness.records import ItemRecord, counts_against
 from harness.repro_registry import BrokenRepro
 from harness.rerun import repro_command
 from harness.results import ResultsWriter
@@ -342,7 +342,7 @@ class _RecordedItem(pytest.Item):
             self.user_properties.append((key, record.get(key)))
         if os.environ.get("PYTEST_XDIST_WORKER"):
             self.user_properties.append(("xdist_worker", os.environ["PYTEST_XDIST_WORKER"]))
-        if not record["matched"]:
+        if counts_against(record):
             raise ReproMismatch(record)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
