@@ -319,6 +319,7 @@ class StepRunner:
             f"step {step['n']} ({role}): {self.axis.label(point)} → {rec['outcome']}{sig} = {state} "
             f"({step['seconds']:.1f}s, {how})",
             highlight=False,
+            markup=False,  # "[F1.recompute-shape-0]" is a signature, not a style
         )
 
 

@@ -1,7 +1,8 @@
 """Command line: ``ft-regress`` (or ``python -m harness``) and a verb; ``ft-regress VERB --help`` for each.
 
-Exit status: 0 when every observation matched its expectation, 1 when any did not,
-2 for a usage or configuration error (one line naming the file, the field and the fix;
+Exit status (run): 0 when every observation matched its expectation, or was explored (a
+finding), 1 when one did not or an explored item could not run; (explain): 0 when the log
+shows a documented failure; 2 for a usage or configuration error (one line naming the file, the field and the fix;
 nothing is run, and no result already written is lost).
 """
 

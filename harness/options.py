@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.environments import default_cache_dir
 from harness.errors import UserError
+from harness.invocation import program_text
 from harness.launchers import LAUNCHERS, default_launcher
 from harness.matrix import Matrix, declared_repros_dirs, load_matrix
 from harness.planning import RunOptions
@@ -130,6 +131,10 @@ def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
     return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
 
 
+class NoMatrix(UserError):
+    """No matrix was given or found where one is looked for."""
+
+
 def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
     """``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``; a ``UserError`` saying so if none."""
     if given is not None:
@@ -139,12 +144,16 @@ def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
         return here
     from_env = os.environ.get(MATRIX_VARIABLE)
     if from_env:
+        if not Path(from_env).is_file():
+            raise UserError(f"${MATRIX_VARIABLE}", from_env, "is not a matrix file",
+                            f"set it to an existing matrix file, or unset it and pass --matrix FILE")
         return Path(from_env)
-    raise UserError(
+    raise NoMatrix(
         "--matrix",
         "",
         f"no matrix given, no ./{DEFAULT_MATRIX_NAME} here, and ${MATRIX_VARIABLE} is not set",
-        f"pass --matrix FILE, run from a directory with {DEFAULT_MATRIX_NAME}, or run 'ft-regress init' for a starter",
+        f"pass --matrix FILE, run from a directory with {DEFAULT_MATRIX_NAME}, or run '{program_text()} init' "
+        "for a starter",
     )
 
 

@@ -129,13 +129,29 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
     return cells
 
 
+def default_repros(opts: RunOptions) -> tuple[str, ...]:
+    """Only what was asked for: ``--repros``, else the matrix's ``repros:``, else the repros of the
+    directories named (``--repros-dir``, the matrix's ``repros_dirs``), else () (every repro)."""
+    if opts.repros or opts.matrix.repros:
+        return tuple(opts.repros or opts.matrix.repros or ())
+    named = {Path(d).resolve() for d in (*opts.repros_dirs, *opts.matrix.repros_dirs)}
+    if not named:
+        return ()
+
+    def from_named(module: str) -> bool:
+        return not module.startswith("repros.") and Path(module).resolve().parent in named
+
+    mine = [r.id for r in opts.discovery.repros.values() if from_named(r.module)]
+    mine += [stem for stem, b in opts.discovery.broken.items() if from_named(b.module)]
+    return tuple(sorted(mine))
+
+
 def plan_items(opts: RunOptions) -> Plan:
     known = opts.discovery.repros
     for wanted in opts.repros:
         if wanted not in known and wanted not in opts.discovery.broken:
             raise UserError("--repros", wanted, "unknown repro", unknown_repro_fix(wanted, [*known, *opts.discovery.broken]))
-    # What the user asked for, else what the matrix is about, else every repro.
-    wanted_repros = opts.repros or opts.matrix.repros or ()
+    wanted_repros = default_repros(opts)
     for mode in opts.modes:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
