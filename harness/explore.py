@@ -46,7 +46,8 @@ def cell_versions(cells_meta: Mapping[str, Any], cell: str) -> dict[str, str]:
 def differing(records: Sequence[ItemRecord], cells_meta: Mapping[str, Any]) -> list[str]:
     """The packages whose versions differ between the records' cells: those the cells ask for,
     else any resolved package (a transitive one), else none."""
-    cells = list(dict.fromkeys(r["cell"] for r in records))
+    # Cells without resolved versions (no environment) tell nothing about what varies.
+    cells = [c for c in dict.fromkeys(r["cell"] for r in records) if cell_versions(cells_meta, c)]
     if len(cells) < 2:
         return []
     versions = {c: cell_versions(cells_meta, c) for c in cells}

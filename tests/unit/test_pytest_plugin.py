@@ -150,3 +150,21 @@ def test_xdist_workers_lease_disjoint_gpus_sized_to_each_item(stack: tuple[Path,
     assert overlapping >= 1, "the two workers ran items side by side"
     leases = [g for _, _, g in spans]
     assert all(g <= {"0", "1", "2", "3"} for g in leases)
+
+
+def test_records_go_under_the_directory_pytest_was_started_from_not_its_rootdir(
+    stack: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The repro directory and the project share only a distant ancestor (pytest's rootdir)."""
+    root, base = stack
+    here = tmp_path / "my-project"
+    here.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--matrix={root / 'matrix.yaml'}",
+         f"--repros-dir={root / 'repros'}", "--repros=T2", "--cell=a", str(root / "repros")],
+        capture_output=True, text=True, cwd=here, env=base, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = (here / "reports").glob("pytest-*")
+    assert [r["repro"] for r in read_results(run / "results.jsonl")] == ["T2"]
+    assert not list(root.parent.glob("reports")) and not list((root / "repros").glob("reports"))
