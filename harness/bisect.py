@@ -36,9 +36,9 @@ from harness.provenance import host_info
 from harness.records import ItemRecord
 from harness.repro_registry import Discovery
 from harness.rerun import run_command
-from harness.suggest import one_of, unknown_repro_fix
 from harness.results import ResultsWriter
 from harness.run_dir import RunDir
+from harness.suggest import one_of, unknown_repro_fix
 from repros.common.outcomes import UNOBSERVED
 
 BISECT_FILE = "bisect.json"

@@ -163,7 +163,8 @@ def read_costs(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         raise UserError(path, "", "no such costs file", "pass the costs.json a 'costs' run wrote") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UserError(path, "", f"cannot be read as JSON ({exc})", "pass the costs.json a 'costs' run wrote") from None
+        raise UserError(path, "", f"cannot be read as JSON ({exc})",
+                        "pass the costs.json a 'costs' run wrote") from None
     found = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(found, list) or not all(isinstance(e, dict) and "repro" in e and "variant" in e for e in found):
         raise UserError(path, "entries", "is not a costs table", "pass the costs.json a 'costs' run wrote")

@@ -48,7 +48,7 @@ class SignatureMatch:
 
 
 def _doc(check: Callable[..., Any]) -> str:
-    doc = (getattr(check, "__doc__", None) or getattr(check, "__name__", "a check")).strip()
+    doc = str(getattr(check, "__doc__", None) or getattr(check, "__name__", "a check")).strip()
     return " ".join(doc.split())
 
 
@@ -239,5 +239,6 @@ def cost_lines(spec: ReproSpec, entries: Sequence[Mapping[str, Any]]) -> list[st
                 text += f" (not priced: {priced['why_not']})"
             parts.append(text)
         model = measured[0].get("model")
-        lines.append(f"{name}: {variant.description}{claim} - {'; '.join(parts)}" + (f" [{model} model]" if model else ""))
+        size = f" [{model} model]" if model else ""
+        lines.append(f"{name}: {variant.description}{claim} - {'; '.join(parts)}{size}")
     return lines

@@ -37,7 +37,7 @@ def verb(outcome: str) -> str:
 def cell_versions(cells_meta: Mapping[str, Any], cell: str) -> dict[str, str]:
     """A cell's resolved packages (canonical names), and its Python, as ``run.json`` has them."""
     info = cells_meta.get(cell) or {}
-    versions = {canonicalize_name(k): str(v) for k, v in (info.get("packages") or {}).items() if v}
+    versions: dict[str, str] = {str(canonicalize_name(k)): str(v) for k, v in (info.get("packages") or {}).items() if v}
     if info.get("python"):
         versions["python"] = str(info["python"])
     return versions

@@ -60,7 +60,7 @@ def here() -> dict[str, str]:
     """Package -> version of every distribution the running interpreter has."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
+        name = dist.metadata["Name"]
         if name and dist.version:
             found.setdefault(canonicalize_name(name), dist.version)
     return found

@@ -114,7 +114,8 @@ def logged_errors(text: str) -> list[LoggedError]:
             key = (error.type, error.message)
             if key in seen:
                 earlier = seen[key]
-                seen[key] = LoggedError(earlier.type, earlier.message, min(earlier.line, error.line), earlier.streams + 1)
+                first = min(earlier.line, error.line)
+                seen[key] = LoggedError(earlier.type, earlier.message, first, earlier.streams + 1)
             else:
                 seen[key] = error
     return sorted(seen.values(), key=lambda e: e.line)

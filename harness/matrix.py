@@ -364,7 +364,8 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         for i, repro in enumerate(cell_repros or []):
             if repro not in known_repros:
                 raise UserError(
-                    path, f"cells.{name}.repros[{i}]", f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros)
+                    path, f"cells.{name}.repros[{i}]", f"unknown repro {repro!r}",
+                    unknown_repro_fix(repro, known_repros),
                 )
         exclude_newer = raw.get("exclude_newer", defaults.get("exclude_newer"))
         cells[name] = Cell(
@@ -388,7 +389,8 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", one_of(raw["cell"], cells))
         if "repro" in raw and raw["repro"] not in known_repros:
             raise UserError(
-                path, f"exclude[{i}].repro", f"unknown repro {raw['repro']!r}", unknown_repro_fix(raw["repro"], known_repros)
+                path, f"exclude[{i}].repro", f"unknown repro {raw['repro']!r}",
+                unknown_repro_fix(raw["repro"], known_repros),
             )
         if "mode" in raw and raw["mode"] not in known_modes:
             raise UserError(

@@ -146,7 +146,7 @@ def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
     if from_env:
         if not Path(from_env).is_file():
             raise UserError(f"${MATRIX_VARIABLE}", from_env, "is not a matrix file",
-                            f"set it to an existing matrix file, or unset it and pass --matrix FILE")
+                            "set it to an existing matrix file, or unset it and pass --matrix FILE")
         return Path(from_env)
     raise NoMatrix(
         "--matrix",

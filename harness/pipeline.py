@@ -26,6 +26,7 @@ from harness import __version__, cgroups
 from harness.dispatch import Dispatch, ItemPolicy
 from harness.environments import Environment, Environments, Resolved
 from harness.errors import EXIT_USAGE, UserError
+from harness.explore import findings
 from harness.finalize import finalize
 from harness.invocation import program, program_text
 from harness.launchers import LauncherContext, make_launcher
@@ -35,12 +36,11 @@ from harness.matrix import Cell
 from harness.observe import broken_record, now
 from harness.planning import Plan, PlannedItem, RunOptions, plan_items
 from harness.provenance import host_info
-from harness.explore import findings
 from harness.records import ItemRecord, counts_against, is_finding, key
 from harness.rerun import selection_command
-from harness.save_expectations import save_observed
 from harness.results import RESULTS_FILE, ResultsWriteError
 from harness.run_dir import RunDir, RunMeta
+from harness.save_expectations import save_observed
 from harness.summary import print_summary
 from harness.terminal import plain
 

@@ -150,7 +150,8 @@ def plan_items(opts: RunOptions) -> Plan:
     known = opts.discovery.repros
     for wanted in opts.repros:
         if wanted not in known and wanted not in opts.discovery.broken:
-            raise UserError("--repros", wanted, "unknown repro", unknown_repro_fix(wanted, [*known, *opts.discovery.broken]))
+            fix = unknown_repro_fix(wanted, [*known, *opts.discovery.broken])
+            raise UserError("--repros", wanted, "unknown repro", fix)
     wanted_repros = default_repros(opts)
     for mode in opts.modes:
         if mode not in MODES:

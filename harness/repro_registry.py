@@ -110,13 +110,13 @@ def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Desc
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return Described(None, reason=f"reading it took more than {timeout_s:.0f} s (does it run something at import?)")
+            why = f"reading it took more than {timeout_s:.0f} s (does it run something at import?)"
+            return Described(None, reason=why)
         if not out.exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             said = f": {' / '.join(tail)}" if tail else ""
-            return Described(
-                None, reason=f"the process reading it ended (exit code {done.returncode}) before it said what it is{said}"
-            )
+            ended = f"the process reading it ended (exit code {done.returncode})"
+            return Described(None, reason=f"{ended} before it said what it is{said}")
         try:
             result = json.loads(out.read_text(encoding="utf-8"))
             if not result.get("ok"):

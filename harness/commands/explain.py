@@ -52,11 +52,13 @@ def read_log(path: str) -> tuple[str, bool]:
                 fh.seek(max(0, size - MAX_LOG_BYTES))
                 data = fh.read()
         except FileNotFoundError:
-            raise UserError(path, "LOG", "no such file", "pass a traceback or CI log file, or - to read stdin") from None
+            raise UserError(path, "LOG", "no such file",
+                            "pass a traceback or CI log file, or - to read stdin") from None
         except IsADirectoryError:
             raise UserError(path, "LOG", "is a directory", "pass a log file, e.g. a rank's rank0.log") from None
         except OSError as exc:
-            raise UserError(path, "LOG", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+            raise UserError(path, "LOG", f"cannot be read ({exc.strerror})",
+                            "check the path and its permissions") from None
     cut = len(data) > MAX_LOG_BYTES
     return data[-MAX_LOG_BYTES:].decode("utf-8", errors="replace"), cut
 

@@ -6,7 +6,6 @@ import argparse
 from collections.abc import Sequence
 
 from rich.console import Console
-
 from rich.text import Text
 
 from harness import options

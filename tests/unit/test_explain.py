@@ -84,7 +84,8 @@ def test_f5_is_probable_and_says_what_a_log_cannot_tell_it_from_deepspeed_3339(
 
 def test_a_torchrun_ci_log_of_a_plain_script_is_f1_seen_on_two_ranks_not_torchruns_own_error() -> None:
     errors = logged_errors(recorded("f1_torchrun_ci_log_plain_script_deepspeed-0.19.2.log"))
-    assert [e.type for e in errors] == [CHECKPOINT_ERROR, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"]
+    torchruns_own = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+    assert [e.type for e in errors] == [CHECKPOINT_ERROR, torchruns_own]
     assert (errors[0].line, errors[0].streams) == (40, 2)
     (match,) = explain(errors, REPROS).matches
     assert (match.repro.id, match.signature.id) == ("F1", "F1.recompute-shape-0")
@@ -140,7 +141,8 @@ def test_the_users_versions_fall_in_the_measured_affected_or_fixed_range() -> No
 def test_workarounds_carry_their_measured_costs() -> None:
     entries = [
         {"repro": "F1", "variant": "zero2", "cell": "current", "outcome": "PASS", "model": "small",
-         "against_documented": {"train_peak_mem_ratio": 1.22, "step_cpu_time_s_ratio": 0.7, "step_cpu_noise_ratio": 0.1}},
+         "against_documented": {"train_peak_mem_ratio": 1.22, "step_cpu_time_s_ratio": 0.7,
+                                "step_cpu_noise_ratio": 0.1}},
         {"repro": "F3", "variant": "zero2", "cell": "tf4", "outcome": "REPRODUCED", "signature": "F3.to-8bit",
          "against_documented": {"why_not": "the documented scenario ended REPRODUCED in this cell"}},
     ]
@@ -159,8 +161,9 @@ def explain_cli(*args: str, stdin: str | None = None, cwd: Path = REPO_ROOT) -> 
 def test_explain_from_a_file_with_versions_and_costs_and_from_stdin(tmp_path: Path) -> None:
     (tmp_path / "freeze.txt").write_text("deepspeed==0.19.2\ntorch==2.13.0\n")
     costs = tmp_path / "costs.json"
-    costs.write_text(json.dumps({"entries": [{"repro": "F1", "variant": "reentrant", "cell": "current", "outcome": "PASS",
-                                              "against_documented": {"train_peak_mem_ratio": 0.88}}]}))
+    entry = {"repro": "F1", "variant": "reentrant", "cell": "current", "outcome": "PASS",
+             "against_documented": {"train_peak_mem_ratio": 0.88}}
+    costs.write_text(json.dumps({"entries": [entry]}))
     log = RECORDED / "f1_torchrun_ci_log_plain_script_deepspeed-0.19.2.log"
     done = explain_cli(str(log), "--freeze", str(tmp_path / "freeze.txt"), "--costs", str(costs), cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -64,8 +64,8 @@ def project(tmp_path: Path, behave: str = "declared") -> tuple[Path, dict[str, s
     return mine, env
 
 
-def harness(tmp_path: Path, env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd or tmp_path, env=env,
+def harness(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -86,7 +86,8 @@ def test_only_files_that_declare_a_repro_are_loaded(tmp_path: Path) -> None:
         (("fails_with:", "fails_wth:"), "repro.yaml: fails_wth: is not a known field; did you mean 'fails_with'?"),
         (("type: RuntimeError", "type: CheckpointError"), "fails_with.type: 'CheckpointError' is not a built-in "
                                                           "exception; write it with its module"),
-        (('pattern: "gradients vanished"', 'pattern: "gradients ("'), "fails_with.pattern: is not a regular expression"),
+        (('pattern: "gradients vanished"', 'pattern: "gradients ("'),
+         "fails_with.pattern: is not a regular expression"),
         (("script: train.py", "script: trian.py"), "script: 'trian.py' is not a file"),
     ],
 )
@@ -119,7 +120,8 @@ def test_the_script_runs_as_torchrun_would_and_its_declared_error_is_reproduced(
 
 @pytest.mark.parametrize(
     ("behave", "outcome", "error"),
-    [("clean", "NOT_REPRODUCED", None), ("other", "DIFFERENT_ERROR", "KeyError"), ("exit3", "DIFFERENT_ERROR", "SystemExit")],
+    [("clean", "NOT_REPRODUCED", None), ("other", "DIFFERENT_ERROR", "KeyError"),
+     ("exit3", "DIFFERENT_ERROR", "SystemExit")],
 )
 def test_a_script_that_runs_clean_or_fails_otherwise_is_told_apart(
     tmp_path: Path, behave: str, outcome: str, error: str | None
@@ -192,4 +194,5 @@ def test_the_printed_rerun_command_works_from_elsewhere_without_the_variable_tha
     rerun = subprocess.run([sys.executable, *command[1:], "--out", str(elsewhere / "out")], cwd=elsewhere, env=env,
                            capture_output=True, text=True, timeout=300)
     (again,) = read_results(elsewhere / "out" / "results.jsonl")
-    assert (again["outcome"], again["repro_cmd"]) == (record["outcome"], record["repro_cmd"]), rerun.stdout + done.stdout
+    same = (again["outcome"], again["repro_cmd"]) == (record["outcome"], record["repro_cmd"])
+    assert same, rerun.stdout + done.stdout

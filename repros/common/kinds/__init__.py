@@ -38,10 +38,10 @@ def load_repro(ref: str, params: dict[str, Any] | None = None) -> LoadedRepro:
     if not ref.endswith(SUFFIXES) and "/" not in ref:
         return KINDS[0].load(ref)  # a dotted module name
     path = Path(ref)
-    kind = kind_of(path)
-    if kind is None:
+    claiming = kind_of(path)
+    if claiming is None:
         raise ImportError(f"{ref} declares no repro of any kind ({', '.join(k.name for k in KINDS)})")
-    return kind.load(ref)
+    return claiming.load(ref)
 
 
 __all__ = ["KINDS", "LoadedRepro", "ReproKind", "kind_of", "load_repro"]

@@ -81,9 +81,15 @@ def declares_repro(path: Path) -> bool:
 
 def _repro_assignment(tree: ast.Module) -> ast.expr | None:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == PY_VARIABLE for t in targets) and node.value is not None:
-            return node.value
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if value is not None and any(isinstance(t, ast.Name) and t.id == PY_VARIABLE for t in targets):
+            return value
     return None
 
 
@@ -161,7 +167,8 @@ def _command(path: Path, where: str, data: Mapping[str, Any], base: Mapping[str,
     cwd_text = data.get("cwd")
     cwd = (here / cwd_text).resolve() if isinstance(cwd_text, str) else script.parent
     if not cwd.is_dir():
-        raise DeclarationError(path, f"{where}cwd", f"{cwd_text!r} is not a directory", "give a directory relative to this file")
+        raise DeclarationError(path, f"{where}cwd", f"{cwd_text!r} is not a directory",
+                               "give a directory relative to this file")
     args = _text_list(path, f"{where}args", data["args"]) if "args" in data else list((base or {}).get("args", []))
     env = {**(base or {}).get("env", {}), **_env(path, f"{where}env", data.get("env"))}
     return {"script_text": script_text, "path": str(script), "args": args, "env": env, "cwd": str(cwd)}
@@ -190,8 +197,10 @@ def _signatures(path: Path, repro_id: str, value: Any) -> list[dict[str, str]]:
         except re.error as exc:
             raise DeclarationError(path, f"{where}.pattern", f"is not a regular expression ({exc})",
                                    "escape characters such as ( [ . with a backslash") from None
-        sig_id = str(entry.get("id") or (f"{repro_id}.declared" if len(entries) == 1 else f"{repro_id}.declared-{i + 1}"))
-        found.append({"id": sig_id, "type": etype, "pattern": pattern, "description": str(entry.get("description", ""))})
+        default_id = f"{repro_id}.declared" if len(entries) == 1 else f"{repro_id}.declared-{i + 1}"
+        sig_id = str(entry.get("id") or default_id)
+        description = str(entry.get("description", ""))
+        found.append({"id": sig_id, "type": etype, "pattern": pattern, "description": description})
     return found
 
 
@@ -210,7 +219,8 @@ def _expectations(path: Path, value: Any, modes: tuple[str, ...]) -> list[dict[s
                                    f"use one of: {', '.join(modes)}")
         when = entry.get("when") or {}
         if not isinstance(when, dict):
-            raise DeclarationError(path, f"expectations[{i}].when", "is not a mapping", "write package: specifier pairs")
+            raise DeclarationError(path, f"expectations[{i}].when", "is not a mapping",
+                                   "write package: specifier pairs")
         found.append({
             "mode": mode,
             "outcome": str(entry.get("outcome", "")),
@@ -231,11 +241,13 @@ def normalise(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
                                "use up to 64 letters, digits, '.', '_' and '-'")
     world_size = data.get("world_size")
     if world_size is not None and (not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1):
-        raise DeclarationError(path, "world_size", f"{world_size!r} is not a number of ranks", "give a whole number, 1 or more")
+        raise DeclarationError(path, "world_size", f"{world_size!r} is not a number of ranks",
+                               "give a whole number, 1 or more")
     command = _command(path, "", data, None)
     fixed = data.get("fixed")
     if fixed is not None and not isinstance(fixed, dict):
-        raise DeclarationError(path, "fixed", "is not a mapping", "give the workaround's args (and script, env) under it")
+        raise DeclarationError(path, "fixed", "is not a mapping",
+                               "give the workaround's args (and script, env) under it")
     if fixed is not None:
         _check_keys(path, "fixed.", fixed, FIXED_KEYS)
     modes = MODES if fixed is not None else ("bug",)
@@ -276,7 +288,8 @@ def spec_of(declared: Mapping[str, Any]) -> ReproSpec:
             pass_rule="clean-exit",
         )
     except ValueError as exc:
-        raise DeclarationError(Path(declared["file"]), "expectations", str(exc), "fix the outcome or mode named") from None
+        raise DeclarationError(Path(declared["file"]), "expectations", str(exc),
+                               "fix the outcome or mode named") from None
 
 
 def _loaded(declared: Mapping[str, Any]) -> LoadedRepro:
