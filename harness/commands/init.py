@@ -60,9 +60,13 @@ class InitCommand(Command):
         say("next:")
         if args.directory != Path("."):
             say(f"  cd {args.directory}")
-        say(f"  {me} run                       # explore: where train.py fails and where it runs, per cell")
-        say(f"  {me} run --save-expectations     # keep what it observed, as expectations in repro.yaml")
-        say(f"  {me} bisect --repro my-training --package deepspeed --good 0.19.8 --bad 0.19.2")
-        say(f"  {me} explain reports/RUN/items/ds-0.19.2/my-training-bug/rank0.log   # which documented failure")
+        steps = [
+            ("run", "explore: where train.py fails and where it runs, per cell"),
+            ("run --save-expectations", "keep what it observed, as expectations in repro.yaml"),
+            ("bisect --repro my-training --package deepspeed --good 0.19.8 --bad 0.19.2", "which release fixed it"),
+            ("explain reports/RUN/items/ds-0.19.2/my-training-bug/rank0.log", "which documented failure it is"),
+        ]
+        for command, what in steps:
+            say(f"  {me} {command}    # {what}")
         say("then put your own training script in train.py's place, and its error in repro.yaml")
         return 0
