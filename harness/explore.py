@@ -101,6 +101,17 @@ def findings(records: Sequence[ItemRecord]) -> list[Finding]:
     return list(grouped.values())
 
 
+def findings_lines(records: Sequence[ItemRecord], cells_meta: Mapping[str, Any]) -> list[str]:
+    """What ``run`` (and ``report``) print after the table for the explored items."""
+    found = findings(records)
+    if not found:
+        return []
+    lines = ["explored (observations, not checked against expectations):"]
+    for finding in found:
+        lines += [f"  {line}" for line in finding.lines(cells_meta)]
+    return lines
+
+
 @dataclass(frozen=True)
 class Derived:
     """Expectations derived from one repro's observations, and what could not be derived."""

@@ -26,7 +26,7 @@ from harness import __version__, cgroups
 from harness.dispatch import Dispatch, ItemPolicy
 from harness.environments import Environment, Environments, Resolved
 from harness.errors import EXIT_USAGE, UserError
-from harness.explore import findings
+from harness.explore import findings_lines
 from harness.finalize import finalize
 from harness.invocation import program, program_text
 from harness.launchers import LauncherContext, make_launcher
@@ -341,14 +341,11 @@ class RunSession:
     def _explored(self, meta: RunMeta) -> None:
         """What each explored repro did in each cell; saved as expectations where asked."""
         cells_meta = meta.get("cells") or {}
-        found = findings(self.records)
-        if found:
-            self._say("explored (observations, not checked against expectations):")
-            for finding in found:
-                for line in finding.lines(cells_meta):
-                    self._say(f"  {line}")
-            if not self.opts.save_expectations:
-                self._say("keep them as expectations: add --save-expectations")
+        explored = findings_lines(self.records, cells_meta)
+        for line in explored:
+            self._say(line)
+        if explored and not self.opts.save_expectations:
+            self._say("keep them as expectations: add --save-expectations")
         if self.opts.save_expectations and not self.interrupted:
 
             def established_by(repro: str, cells: list[str]) -> str:
