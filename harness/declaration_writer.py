@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from harness.expectations import holds
-from repros.common.kinds.script import PY_VARIABLE, YAML_SUFFIXES, _repro_assignment
+from repros.common.kinds.script import PY_VARIABLE, YAML_SUFFIXES, repro_assignment
 
 KEY = "expectations"
 
@@ -104,7 +104,7 @@ def _offset(line_starts: list[int], lineno: int, col: int) -> int:
 
 def _python_text(source: bytes, expectations: list[dict[str, Any]]) -> bytes:
     tree = ast.parse(source)
-    value = _repro_assignment(tree)
+    value = repro_assignment(tree)
     if not isinstance(value, ast.Dict):
         raise ValueError(f"{PY_VARIABLE} is not a dict literal")
     line_starts = [0]
@@ -138,7 +138,7 @@ def _python_text(source: bytes, expectations: list[dict[str, Any]]) -> bytes:
             edited = source[:brace] + f" \"{KEY}\": {literal}".encode() + source[brace:]
         else:
             edited = source[:line_start] + f'{" " * indent}"{KEY}": {literal},\n'.encode() + source[line_start:]
-    check = ast.literal_eval(_repro_assignment(ast.parse(edited)))  # type: ignore[arg-type]
+    check = ast.literal_eval(repro_assignment(ast.parse(edited)))  # type: ignore[arg-type]
     original = ast.literal_eval(value)
     if check != {**original, KEY: expectations}:
         raise ValueError("the edited REPRO does not read back as written")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -22,6 +23,7 @@ from harness.errors import UserError
 from harness.explain import (
     DOCUMENTED,
     Explanation,
+    SignatureMatch,
     cost_lines,
     explain,
     guard_lines,
@@ -81,7 +83,7 @@ class ExplainCommand(Command):
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         text, cut = read_log(args.log)
-        versions = None
+        versions: dict[str, str] | None = None
         if args.freeze is not None:
             try:
                 versions = from_freeze(args.freeze.read_text(encoding="utf-8", errors="replace"))
@@ -115,7 +117,16 @@ def _matrix_dirs(given: Path | None) -> tuple[Path, ...]:
         return ()
 
 
-def _report(found: Explanation, say, versions, entries, costs_path) -> None:  # type: ignore[no-untyped-def]
+Say = Callable[..., None]
+
+
+def _report(
+    found: Explanation,
+    say: Say,
+    versions: Mapping[str, str] | None,
+    entries: Sequence[Mapping[str, Any]],
+    costs_path: Path | None,
+) -> None:
     if not found.errors:
         say("no exception found in the log (no traceback, no 'Type: message' line): not a documented failure")
         return
@@ -150,7 +161,13 @@ def _report(found: Explanation, say, versions, entries, costs_path) -> None:  # 
         _workarounds(m, say, versions, entries, costs_path)
 
 
-def _workarounds(m, say, versions, entries, costs_path) -> None:  # type: ignore[no-untyped-def]
+def _workarounds(
+    m: SignatureMatch,
+    say: Say,
+    versions: Mapping[str, str] | None,
+    entries: Sequence[Mapping[str, Any]],
+    costs_path: Path | None,
+) -> None:
     spec = m.repro.spec
     if not m.repro.builtin:
         declared = m.repro.rank_params.get(PARAM) or {}

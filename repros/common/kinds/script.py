@@ -76,10 +76,10 @@ def declares_repro(path: Path) -> bool:
         tree = ast.parse(raw, filename=str(path))
     except (SyntaxError, ValueError):
         return b"REPRO" in raw  # broken: claimed (if it mentions REPRO at all), so that loading it says why
-    return _repro_assignment(tree) is not None
+    return repro_assignment(tree) is not None
 
 
-def _repro_assignment(tree: ast.Module) -> ast.expr | None:
+def repro_assignment(tree: ast.Module) -> ast.expr | None:
     for node in tree.body:
         value: ast.expr | None
         if isinstance(node, ast.Assign):
@@ -112,7 +112,7 @@ def read_declaration(path: Path) -> dict[str, Any]:
         return dict(data["repro"])
     source = path.read_bytes()
     tree = ast.parse(source, filename=str(path))
-    value = _repro_assignment(tree)
+    value = repro_assignment(tree)
     if value is None:
         raise DeclarationError(path, PY_VARIABLE, "is not assigned", "write REPRO = {...} at the top level")
     try:
