@@ -38,6 +38,7 @@ from harness.repro_registry import Discovery
 from harness.rerun import run_command
 from harness.results import ResultsWriter
 from harness.run_dir import RunDir
+from harness.suggest import one_of, unknown_repro_fix
 from repros.common.outcomes import UNOBSERVED
 
 BISECT_FILE = "bisect.json"
@@ -84,7 +85,7 @@ def state_of(record: ItemRecord, bad: tuple[str, str | None], good: tuple[str, s
 def base_cell(matrix: Matrix, name: str | None) -> Cell:
     if name is not None:
         if name not in matrix.cells:
-            raise UserError(matrix.path, "--cell", f"no cell named {name!r}", f"use one of: {', '.join(matrix.cells)}")
+            raise UserError(matrix.path, "--cell", f"no cell named {name!r}", one_of(name, matrix.cells))
         cell = matrix.cells[name]
     else:
         lane_cells = matrix.cells_in_lane(matrix.default_lane) if matrix.default_lane else []
@@ -281,6 +282,7 @@ class StepRunner:
                 pins,
                 self.opts.cache_dir,
                 self.opts.repros_dirs,
+                module=self.repro.module,
             ),
             environments=self.environments,
         )
@@ -317,6 +319,7 @@ class StepRunner:
             f"step {step['n']} ({role}): {self.axis.label(point)} → {rec['outcome']}{sig} = {state} "
             f"({step['seconds']:.1f}s, {how})",
             highlight=False,
+            markup=False,  # "[F1.recompute-shape-0]" is a signature, not a style
         )
 
 
@@ -372,9 +375,7 @@ def date_points(opts: BisectOptions) -> list[str]:
 
 def execute_bisect(opts: BisectOptions, console: Console) -> int:
     if opts.repro not in opts.discovery.repros:
-        raise UserError(
-            "--repro", opts.repro, "unknown repro", f"use one of: {', '.join(sorted(opts.discovery.repros))}"
-        )
+        raise UserError("--repro", opts.repro, "unknown repro", unknown_repro_fix(opts.repro, opts.discovery.repros))
     modes = opts.discovery.repros[opts.repro].spec.modes
     if opts.mode not in modes:
         raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")

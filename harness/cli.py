@@ -1,14 +1,14 @@
-"""Command line: ``ft-regress`` (or ``python -m harness``) ``run|merge|bisect|bench|compare|report|list``.
+"""Command line: ``ft-regress`` (or ``python -m harness``) and a verb; ``ft-regress VERB --help`` for each.
 
-Exit status: 0 when every observation matched its expectation, 1 when any did not,
-2 for a usage or configuration error (one line naming the file, the field and the fix;
+Exit status (run): 0 when every observation matched its expectation, or was explored (a
+finding), 1 when one did not or an explored item could not run; (explain): 0 when the log
+shows a documented failure; 2 for a usage or configuration error (one line naming the file, the field and the fix;
 nothing is run, and no result already written is lost).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
@@ -16,13 +16,13 @@ from rich.console import Console
 
 from harness.commands import COMMANDS
 from harness.errors import EXIT_USAGE, UserError
+from harness.invocation import program_text
 from harness.terminal import plain
 
 
 def program_name() -> str:
     """How the user called us: the installed ``ft-regress``, or ``python -m harness``."""
-    invoked = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return "python -m harness" if invoked in ("__main__.py", "-m", "") else invoked or "ft-regress"
+    return program_text()
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,6 +1,8 @@
 """``python -m harness compare OLD NEW``: what changed between two runs.
 
-Items are matched by (cell, repro, mode). Each change gets one class:
+Items are matched by (cell, repro, mode); an item of a cell that ``run --pin`` or ``bisect``
+derived from a matrix cell (``current+peft-0.22.0``) is matched with the other run's item of that
+matrix cell where no item of its own name is there. Each change gets one class:
 - new regression: the item matched its expectation in OLD and does not in NEW
 - fixed trainer broke: fixed mode went from PASS to anything else
 - upstream fixed: bug mode went from REPRODUCED to NOT_REPRODUCED
@@ -15,6 +17,7 @@ Only a new regression makes the exit status 1.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -124,14 +127,51 @@ def _performance(label: str, old: ItemRecord, new: ItemRecord, limits: Threshold
     return changes
 
 
+def origin(record: ItemRecord) -> str:
+    """The matrix cell a record's cell was derived from: itself, or the cell ``--pin`` or ``bisect``
+    renamed (``current+deepspeed-0.19.2``; matrix cell names hold no ``+`` or ``@``)."""
+    return str(record.get("cell_origin") or re.split(r"[+@]", record["cell"], maxsplit=1)[0])
+
+
+def _pairs(
+    old_by: dict[Key, ItemRecord], new_by: dict[Key, ItemRecord]
+) -> list[tuple[str, ItemRecord | None, ItemRecord | None]]:
+    """Items matched by cell, repro, mode and model; what is left is matched by the cell it was
+    derived from (a ``--pin`` run against the run of its matrix cell), where that leaves one on
+    each side."""
+    pairs: list[tuple[str, ItemRecord | None, ItemRecord | None]] = []
+    for key in sorted(set(old_by) & set(new_by)):
+        pairs.append((_label(key), old_by[key], new_by[key]))
+    left_old = {k: r for k, r in old_by.items() if k not in new_by}
+    left_new = {k: r for k, r in new_by.items() if k not in old_by}
+
+    def by_origin(left: dict[Key, ItemRecord]) -> dict[Key, list[Key]]:
+        grouped: dict[Key, list[Key]] = {}
+        for key, record in left.items():
+            grouped.setdefault((origin(record), *key[1:]), []).append(key)  # type: ignore[arg-type]
+        return grouped
+
+    olds, news = by_origin(left_old), by_origin(left_new)
+    for derived in sorted(set(olds) & set(news)):
+        if len(olds[derived]) == 1 and len(news[derived]) == 1:
+            (old_key,), (new_key,) = olds[derived], news[derived]
+            label = _label(new_key).replace(new_key[0], f"{new_key[0]} (against {old_key[0]})", 1)
+            pairs.append((label, left_old.pop(old_key), left_new.pop(new_key)))
+    pairs += [(_label(k), r, None) for k, r in left_old.items()]
+    pairs += [(_label(k), None, r) for k, r in left_new.items()]
+    return sorted(pairs, key=lambda p: p[0])
+
+
+def _label(key: Key) -> str:
+    return "/".join(key[:3]) + ("" if key[3] == "tiny" else f" ({key[3]} model)")
+
+
 def compare_runs(
     old: Sequence[ItemRecord], new: Sequence[ItemRecord], limits: Thresholds = Thresholds()
 ) -> list[Change]:
     old_by, new_by = {_key(r): r for r in old}, {_key(r): r for r in new}
     changes: list[Change] = []
-    for key in sorted(set(old_by) | set(new_by)):
-        label = "/".join(key[:3]) + ("" if key[3] == "tiny" else f" ({key[3]} model)")
-        before, after = old_by.get(key), new_by.get(key)
+    for label, before, after in _pairs(old_by, new_by):
         if before is None:
             changes.append(Change(ADDED, label, "-", _outcome(after)))  # type: ignore[arg-type]
             continue
@@ -146,9 +186,9 @@ def compare_runs(
             changes.append(Change(NEW_REGRESSION, label, was, now, "a combination that trained no longer does"))
         if not before.get("matched") and after.get("matched"):
             changes.append(Change(NOW_MATCHES, label, _outcome(before), _outcome(after)))
-        if key[2] == "fixed" and was == "PASS" and now != "PASS":
+        if after["mode"] == "fixed" and was == "PASS" and now != "PASS":
             changes.append(Change(FIXED_TRAINER_BROKE, label, was, now, "; ".join(after.get("reasons") or [])[:200]))
-        if key[2] == "bug" and was == "REPRODUCED" and now == "NOT_REPRODUCED":
+        if after["mode"] == "bug" and was == "REPRODUCED" and now == "NOT_REPRODUCED":
             versions = {
                 k: (before["versions"].get(k), v)
                 for k, v in after.get("versions", {}).items()

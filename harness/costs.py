@@ -166,3 +166,24 @@ def write_costs(path: Path, found: list[dict[str, Any]], meta: dict[str, Any]) -
     tmp.write_text(json.dumps({**meta, "entries": found}, indent=1, default=str), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def read_costs(path: Path) -> list[dict[str, Any]]:
+    """The entries of a ``costs.json``; a ``UserError`` naming the file where it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(path, "", "no such costs file", "pass the costs.json a 'costs' run wrote") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(path, "", f"cannot be read as JSON ({exc})",
+                        "pass the costs.json a 'costs' run wrote") from None
+    found = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(found, list) or not all(isinstance(e, dict) and "repro" in e and "variant" in e for e in found):
+        raise UserError(path, "entries", "is not a costs table", "pass the costs.json a 'costs' run wrote")
+    return found
+
+
+def newest_costs(reports_dir: Path) -> Path | None:
+    """The newest ``costs.json`` in a run directory of ``reports_dir`` (where ``costs`` writes them)."""
+    found = [p for p in Path(reports_dir).glob(f"*/{COSTS_FILE}") if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None

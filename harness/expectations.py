@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from repros.common.spec import Expectation, ReproSpec
 
 
-def _holds(when: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
+def holds(when: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
     for package, spec in when.items():
         installed = versions.get(package.lower().replace("_", "-"))
         if installed is None:
@@ -35,7 +35,7 @@ def expectation_for(
         (
             e
             for e in spec.expectations
-            if e.mode == mode and (e.device is None or e.device == device) and _holds(e.when, versions)
+            if e.mode == mode and (e.device is None or e.device == device) and holds(e.when, versions)
         ),
         None,
     )

@@ -30,7 +30,7 @@ from harness.grid_report import table_data as grid_table
 from harness.guard_cost import guard_costs
 from harness.history import PastRun, history_items, load_history
 from harness.plots import costs_plot, fixed_trainer_plot, guard_cost_plot, history_plot
-from harness.records import ItemRecord
+from harness.records import ItemRecord, counts_against, is_finding
 from harness.summary import format_bytes, format_step
 from repros.common.outcomes import Outcome
 
@@ -51,7 +51,7 @@ class Entry:
 
     @property
     def mismatch(self) -> bool:
-        return self.record is not None and not self.record.get("matched")
+        return self.record is not None and counts_against(self.record)
 
 
 #: Fields the page reads from every record; a record from an older schema gets them empty.
@@ -103,9 +103,11 @@ def _environment() -> Environment:
 
 
 def verdict(record: ItemRecord) -> str:
-    """What the ✓/✗ means for this record, in words."""
+    """What the ✓/·/✗ means for this record, in words."""
     if record.get("matched"):
         return "matches its expectation"
+    if is_finding(record):
+        return "explored: what it observed is the finding"
     if record.get("outcome") == Outcome.UNRESOLVABLE:
         return "no environment"
     if record.get("expected"):
@@ -195,7 +197,8 @@ def render_report(
         records=records,
         cells=cells,
         table=table,
-        mismatches=[(i, r) for i, r in enumerate(records) if not r.get("matched")],
+        mismatches=[(i, r) for i, r in enumerate(records) if counts_against(r)],
+        explored=[(i, r) for i, r in enumerate(records) if is_finding(r) and not r.get("matched")],
         matched=sum(1 for r in records if r.get("matched")),
         unrun=sum(1 for _, _, entries in table for e in entries if e.kind == "not-run"),
         cell_versions=_cell_versions(records, meta),
@@ -211,6 +214,7 @@ def render_report(
         history_rows=_history(history),
         plots={k: Markup(v) if v else None for k, v in plots.items()},
         verdict=verdict,
+        is_finding=is_finding,
         css=Markup(_static("report.css")),
         script=Markup(script),
         csp=_csp(script),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-from harness.records import ItemRecord
+from harness.records import ItemRecord, counts_against
 from harness.terminal import plain
 
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ def _case(record: ItemRecord) -> TestCase:
     case = TestCase(
         _text(f"{record['repro']}/{record['mode']}"), classname=_text(record["cell"]), time=record.get("wall_s") or 0.0
     )
-    if record.get("matched"):
-        return case
+    if not counts_against(record):
+        return case  # matched, or an explored item's finding
     error = record.get("error") or {}
     expected = record.get("expected") or "no expectation for these versions"
     failure = Failure(

@@ -22,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from harness.errors import UserError
+from harness.suggest import one_of, unknown_repro_fix
 
 DEFAULT_WORLD_SIZE = 2
 DEFAULT_PYTHON = "3.11"
@@ -80,6 +81,10 @@ class Matrix:
     excludes: tuple[Exclude, ...]
     #: The config grid (``harness/grid.py``), where the matrix declares one.
     grid: Any = None
+    #: The repros this matrix is about (``repros:``): what ``--repros`` defaults to. None: every repro.
+    repros: tuple[str, ...] | None = None
+    #: Directories of the user's repro files (``repros_dirs:``, relative to the matrix), absolute.
+    repros_dirs: tuple[Path, ...] = ()
 
     def cells_in_lane(self, lane: str) -> list[Cell]:
         if lane not in self.lanes:
@@ -359,10 +364,8 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         for i, repro in enumerate(cell_repros or []):
             if repro not in known_repros:
                 raise UserError(
-                    path,
-                    f"cells.{name}.repros[{i}]",
-                    f"unknown repro {repro!r}",
-                    f"use one of: {', '.join(sorted(known_repros))}",
+                    path, f"cells.{name}.repros[{i}]", f"unknown repro {repro!r}",
+                    unknown_repro_fix(repro, known_repros),
                 )
         exclude_newer = raw.get("exclude_newer", defaults.get("exclude_newer"))
         cells[name] = Cell(
@@ -383,15 +386,11 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     excludes: list[Exclude] = []
     for i, raw in enumerate(data.get("exclude") or []):
         if "cell" in raw and raw["cell"] not in cells:
-            raise UserError(
-                path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", f"use one of: {', '.join(cells)}"
-            )
+            raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", one_of(raw["cell"], cells))
         if "repro" in raw and raw["repro"] not in known_repros:
             raise UserError(
-                path,
-                f"exclude[{i}].repro",
-                f"unknown repro {raw['repro']!r}",
-                f"use one of: {', '.join(sorted(known_repros))}",
+                path, f"exclude[{i}].repro", f"unknown repro {raw['repro']!r}",
+                unknown_repro_fix(raw["repro"], known_repros),
             )
         if "mode" in raw and raw["mode"] not in known_modes:
             raise UserError(
@@ -405,6 +404,11 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     if default_lane is not None and default_lane not in lanes:
         raise UserError(path, "default_lane", f"unknown lane {default_lane!r}", f"use one of: {', '.join(lanes)}")
 
+    named = data.get("repros")
+    for i, repro in enumerate(named or []):
+        if repro not in known_repros:
+            raise UserError(path, f"repros[{i}]", f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
+
     from harness.grid import load_grid
 
     return Matrix(
@@ -415,4 +419,37 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         default_lane=default_lane,
         excludes=tuple(excludes),
         grid=load_grid(path, data.get("grid"), lanes),
+        repros=tuple(named) if named else None,
+        repros_dirs=_repros_dirs(path, data),
     )
+
+
+def _repros_dirs(path: Path, data: dict[str, Any]) -> tuple[Path, ...]:
+    dirs = []
+    for i, entry in enumerate(data.get("repros_dirs") or []):
+        directory = (path.resolve().parent / Path(entry).expanduser()).resolve()
+        if not directory.is_dir():
+            raise UserError(
+                path, f"repros_dirs[{i}]", f"{entry!r} is not a directory ({directory})",
+                "name a directory of repro files, relative to the matrix file",
+            )
+        dirs.append(directory)
+    return tuple(dirs)
+
+
+def declared_repros_dirs(path: Path) -> tuple[Path, ...]:
+    """The matrix's ``repros_dirs``, read before its repros are known (they are where some come
+    from). A matrix that cannot be read gives none here: ``load_matrix`` then says what is wrong."""
+    try:
+        raw = Path(path).read_bytes()
+        if len(raw) > MAX_MATRIX_BYTES:
+            return ()
+        _refuse_alias_bombs(path, raw)
+        data = yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except (OSError, yaml.YAMLError, UserError):
+        return ()
+    if not isinstance(data, dict) or not isinstance(data.get("repros_dirs"), list):
+        return ()
+    if not all(isinstance(entry, str) and entry for entry in data["repros_dirs"]):
+        return ()
+    return _repros_dirs(Path(path), data)

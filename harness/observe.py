@@ -65,7 +65,7 @@ def _observe(
     started = now()
     env = resolved.env
     if env is None:
-        return unobserved_record(
+        unresolvable = unobserved_record(
             outcome=Outcome.UNRESOLVABLE,
             error_type="EnvironmentUnavailable",
             run_id=run_id,
@@ -76,6 +76,7 @@ def _observe(
             started_at=started,
             finished_at=now(),
         )
+        return _item_fields(unresolvable, item)
     item_dir = run_dir.item_dir(item.id)
     request = LaunchRequest(
         env=env,
@@ -86,7 +87,7 @@ def _observe(
         timeout_s=item.cell.timeout_s,
         cell=item.cell.name,
         extra_env={"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {},
-        params=item.launch_params(),
+        params={**repro.rank_params, **item.launch_params()},
     )
     launch = launcher.launch(request)
     if item.runs_as_written:
@@ -114,6 +115,7 @@ def _observe(
         started_at=started,
         finished_at=now(),
     )
+    _item_fields(record, item)
     if launch.fallback_reason:
         record["launcher_fallback"] = launch.fallback_reason
     if gpus:
@@ -125,6 +127,15 @@ def _observe(
         record["variant"] = str(item.params["variant"])
     if "scenario" in item.params:
         record["scenario"] = dict(item.params["scenario"])  # type: ignore[call-overload]
+    return record
+
+
+def _item_fields(record: ItemRecord, item: PlannedItem) -> ItemRecord:
+    """What the plan says about the item: explored, and the matrix cell a pinned cell came from."""
+    if item.explore:
+        record["explored"] = True
+    if item.cell.origin:
+        record["cell_origin"] = item.cell.origin
     return record
 
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from harness.environments import default_cache_dir
 from harness.errors import UserError
+from harness.invocation import program_text
 from harness.launchers import LAUNCHERS, default_launcher
-from harness.matrix import Matrix, load_matrix
+from harness.matrix import Matrix, declared_repros_dirs, load_matrix
 from harness.planning import RunOptions
 from harness.repro_registry import Discovery, discover
 from repros.common.spec import MODES
@@ -130,6 +131,10 @@ def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
     return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
 
 
+class NoMatrix(UserError):
+    """No matrix was given or found where one is looked for."""
+
+
 def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
     """``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``; a ``UserError`` saying so if none."""
     if given is not None:
@@ -139,22 +144,32 @@ def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
         return here
     from_env = os.environ.get(MATRIX_VARIABLE)
     if from_env:
+        if not Path(from_env).is_file():
+            raise UserError(f"${MATRIX_VARIABLE}", from_env, "is not a matrix file",
+                            "set it to an existing matrix file, or unset it and pass --matrix FILE")
         return Path(from_env)
-    raise UserError(
+    raise NoMatrix(
         "--matrix",
         "",
         f"no matrix given, no ./{DEFAULT_MATRIX_NAME} here, and ${MATRIX_VARIABLE} is not set",
-        f"pass --matrix FILE, run from a directory with {DEFAULT_MATRIX_NAME}, or run 'ft-regress init' for a starter",
+        f"pass --matrix FILE, run from a directory with {DEFAULT_MATRIX_NAME}, or run '{program_text()} init' "
+        "for a starter",
     )
 
 
-def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
-    """The matrix and the repros it can name (built-in, ``--repros-dir`` and ``$FT_REGRESS_REPROS``)."""
+def check_repros_dirs(repros_dirs: Sequence[Path]) -> list[Path]:
     for directory in repros_dirs:
         if not Path(directory).is_dir():
-            raise UserError(directory, "--repros-dir", "is not a directory", "pass a directory of repro .py files")
-    discovery = discover([Path(d).resolve() for d in repros_dirs])
+            raise UserError(directory, "--repros-dir", "is not a directory", "pass the directory of your repro files")
+    return [Path(d).resolve() for d in repros_dirs]
+
+
+def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
+    """The matrix and the repros it can name (built-in, ``--repros-dir``, the matrix's ``repros_dirs``
+    and ``$FT_REGRESS_REPROS``)."""
+    given = check_repros_dirs(repros_dirs)
     path = find_matrix(matrix, cwd)
+    discovery = discover([*given, *declared_repros_dirs(path)])
     return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
 
 

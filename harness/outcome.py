@@ -1,7 +1,8 @@
 """Turn what the ranks recorded into one outcome of the vocabulary (``repros/common/outcomes.py``).
 
 bug mode:   REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
-fixed mode: PASS | FAIL | INFRA | HANG | CRASH
+fixed mode: PASS | FAIL | INFRA | HANG | CRASH (PASS: trained by the fixed trainer's rule, or for a
+            repro whose ``pass_rule`` is ``clean-exit``, a user's script that ran to its end)
 A cell whose environment cannot be built gives UNRESOLVABLE (decided before any launch).
 
 Only an observed signature makes REPRODUCED; only observed training facts make PASS.
@@ -187,6 +188,10 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
         return ended
     if mode == "bug":
         return Observation(NOT_REPRODUCED)
+    if spec.pass_rule == "clean-exit":
+        # A user's script with its workaround: it ran to its end on every rank (it records no
+        # training facts of the fixed trainer's to judge).
+        return Observation(PASS, reasons=("every rank ran the script to its end",))
     problems = judge_training([rec for rec in launch.records.values() if rec is not None])
     return Observation(PASS) if not problems else Observation(FAIL, reasons=tuple(problems))
 

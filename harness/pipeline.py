@@ -26,7 +26,9 @@ from harness import __version__, cgroups
 from harness.dispatch import Dispatch, ItemPolicy
 from harness.environments import Environment, Environments, Resolved
 from harness.errors import EXIT_USAGE, UserError
+from harness.explore import findings_lines
 from harness.finalize import finalize
+from harness.invocation import program, program_text
 from harness.launchers import LauncherContext, make_launcher
 from harness.launchers.supervision import WORKER_PACKAGE_DIR
 from harness.leftovers import sweep_dead_runs
@@ -34,9 +36,11 @@ from harness.matrix import Cell
 from harness.observe import broken_record, now
 from harness.planning import Plan, PlannedItem, RunOptions, plan_items
 from harness.provenance import host_info
-from harness.records import ItemRecord, key
+from harness.records import ItemRecord, counts_against, is_finding, key
+from harness.rerun import selection_command
 from harness.results import RESULTS_FILE, ResultsWriteError
 from harness.run_dir import RunDir, RunMeta
+from harness.save_expectations import save_observed
 from harness.summary import print_summary
 from harness.terminal import plain
 
@@ -74,6 +78,7 @@ def options_record(opts: RunOptions) -> dict[str, Any]:
         "launcher": opts.launcher,
         "jobs": opts.jobs,
         "model": opts.model,
+        "explore": opts.explore,
     }
 
 
@@ -85,6 +90,7 @@ def start_meta(
         "run_id": run_id,
         "started_at": now(),
         "argv": list(argv),
+        "program": program_text(),
         "options": options_record(opts),
         "harness_version": __version__,
         "git_commit": git_commit(),
@@ -124,8 +130,10 @@ def progress_line(record: ItemRecord) -> str:
     """One line per finished item: outcome against expectation, time, and the error."""
     if record["matched"]:
         mark, against = "✓", f"expected {record['expected']}"
+    elif is_finding(record):
+        mark, against = "·", "explored" + (f", expected {record['expected']}" if record.get("expected") else "")
     elif record["expected"] is None:
-        # Variants, grid combinations and explored cells carry no expectation: what they observe is the finding.
+        # Variants and grid combinations carry no expectation: what they observe is the finding.
         mark, against = "·", "no expectation"
     else:
         mark, against = "✗", f"expected {record['expected']}"
@@ -157,8 +165,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def exit_status(records: Sequence[ItemRecord]) -> int:
-    """0 when every observation matched its expectation, 1 otherwise."""
-    return 0 if records and all(r["matched"] for r in records) else 1
+    """0 when every observation matched its expectation or was explored (a finding), 1 otherwise:
+    a missed expectation, or an explored item that could not run."""
+    return 0 if records and not any(counts_against(r) for r in records) else 1
 
 
 class RunSession:
@@ -329,6 +338,21 @@ class RunSession:
             message = f"{run_dir.meta_path}: could not be written ({exc.strerror or exc})"
             self.write_error = "; ".join(filter(None, [self.write_error, message]))
 
+    def _explored(self, meta: RunMeta) -> None:
+        """What each explored repro did in each cell; saved as expectations where asked."""
+        cells_meta = meta.get("cells") or {}
+        explored = findings_lines(self.records, cells_meta)
+        for line in explored:
+            self._say(line)
+        if explored and not self.opts.save_expectations:
+            self._say("keep them as expectations: add --save-expectations")
+        if self.opts.save_expectations and not self.interrupted:
+
+            def established_by(repro: str, cells: list[str]) -> str:
+                return selection_command(self.opts, cells, [repro], "--explore")
+
+            save_observed(self.records, cells_meta, self.opts.discovery, established_by, self._say)
+
     def _finish(self, run_dir: RunDir, meta: RunMeta) -> int:
         meta["finished_at"] = now()
         if self.interrupted:
@@ -339,6 +363,7 @@ class RunSession:
         done = finalize(run_dir)
         if self.kind == "run":
             print_summary(self.console, self.records, self.plan.excluded)
+            self._explored(meta)
         self._say(f"results: {run_dir.results_path}")
         for path in done.written:
             self._say(f"report: {path}")
@@ -348,7 +373,7 @@ class RunSession:
         # The orchestrator's own high-water mark, the report included (the ranks are not in it).
         meta["orchestrator_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         self._write_meta(run_dir, meta)
-        resume_cmd = shlex.join(["python", "-m", "harness", "run", "--resume", str(run_dir.path)])
+        resume_cmd = shlex.join([*program(), "run", "--resume", str(run_dir.path.resolve())])
         if self.write_error:
             self._say(f"error: {self.write_error}; the records written so far are kept. Free space, then: {resume_cmd}")
             return EXIT_USAGE

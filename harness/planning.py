@@ -15,6 +15,7 @@ from harness.matrix import Cell, Matrix
 from harness.records import ItemId
 from harness.repro_registry import BrokenRepro, Discovery
 from harness.shard import Shard, assign, durations_from, shard_meta
+from harness.suggest import one_of, unknown_repro_fix
 from repros.common.spec import MODES
 
 
@@ -43,6 +44,11 @@ class RunOptions:
     jobs: int = 1
     #: The test model's size for every selected cell (``--model``), over the cells' own.
     model: str | None = None
+    #: Explore (``--explore``): every item's observation is a finding, not checked against an
+    #: expectation. A repro that declares no expectation for a mode is explored in it anyway.
+    explore: bool = False
+    #: After the run, write what was observed back as the repros' expectations (``--save-expectations``).
+    save_expectations: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class PlannedItem:
     #: The mode the ranks run in, where it differs from ``mode`` (the record's label): a
     #: variant of ``costs`` is labelled by its name and runs in ``bug`` mode.
     rank_mode: str | None = None
+    #: Explored: what it observes is a finding, reported per cell (``RunOptions.explore``).
+    explore: bool = False
 
     @property
     def runs_as_written(self) -> bool:
@@ -107,9 +115,7 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
     if opts.cells:
         for name in opts.cells:
             if name not in matrix.cells:
-                raise UserError(
-                    matrix.path, "cells", f"no cell named {name!r}", f"use one of: {', '.join(matrix.cells)}"
-                )
+                raise UserError(matrix.path, "cells", f"no cell named {name!r}", one_of(name, matrix.cells))
         cells = [matrix.cells[n] for n in opts.cells]
         if opts.lane:
             cells = [c for c in cells if opts.lane in c.lanes]
@@ -123,21 +129,40 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
     return cells
 
 
+def default_repros(opts: RunOptions) -> tuple[str, ...]:
+    """Only what was asked for: ``--repros``, else the matrix's ``repros:``, else the repros of the
+    directories named (``--repros-dir``, the matrix's ``repros_dirs``), else () (every repro)."""
+    if opts.repros or opts.matrix.repros:
+        return tuple(opts.repros or opts.matrix.repros or ())
+    named = {Path(d).resolve() for d in (*opts.repros_dirs, *opts.matrix.repros_dirs)}
+    if not named:
+        return ()
+
+    def from_named(module: str) -> bool:
+        return not module.startswith("repros.") and Path(module).resolve().parent in named
+
+    mine = [r.id for r in opts.discovery.repros.values() if from_named(r.module)]
+    mine += [stem for stem, b in opts.discovery.broken.items() if from_named(b.module)]
+    return tuple(sorted(mine))
+
+
 def plan_items(opts: RunOptions) -> Plan:
     known = opts.discovery.repros
     for wanted in opts.repros:
         if wanted not in known and wanted not in opts.discovery.broken:
-            raise UserError("--repros", wanted, "unknown repro", f"use one of: {', '.join(sorted(known))}")
+            fix = unknown_repro_fix(wanted, [*known, *opts.discovery.broken])
+            raise UserError("--repros", wanted, "unknown repro", fix)
+    wanted_repros = default_repros(opts)
     for mode in opts.modes:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
     plan = Plan()
     for cell in selected_cells(opts):
         for stem, broken in sorted(opts.discovery.broken.items()):
-            if not opts.repros or stem in opts.repros:
+            if not wanted_repros or stem in wanted_repros:
                 plan.broken.append((cell, broken))
-        # The order asked for with --repros, else by id.
-        order = [r for r in opts.repros if r in known] if opts.repros else sorted(known)
+        # The order asked for with --repros (or the matrix's repros), else by id.
+        order = [r for r in wanted_repros if r in known] if wanted_repros else sorted(known)
         for repro_id in order:
             repro = known[repro_id]
             if cell.repros is not None and repro_id not in cell.repros:
@@ -152,7 +177,8 @@ def plan_items(opts: RunOptions) -> Plan:
                     )
                     continue
                 world_size = repro.spec.world_size or cell.world_size
-                plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size))
+                explore = opts.explore or not any(e.mode == mode for e in repro.spec.expectations)
+                plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size, explore=explore))
     if opts.shard is not None:
         _keep_shard(plan, opts, opts.shard)
     return plan

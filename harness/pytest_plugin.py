@@ -53,12 +53,13 @@ from harness.leftovers import sweep_dead_runs
 from harness.observe import broken_record, now, observe_item
 from harness.pipeline import new_run_id, start_meta
 from harness.planning import Plan, PlannedItem, RunOptions, plan_items
-from harness.records import ItemRecord
+from harness.records import ItemRecord, counts_against
 from harness.repro_registry import BrokenRepro
 from harness.rerun import repro_command
 from harness.results import ResultsWriter
 from harness.run_dir import RunDir
 from harness.summary import results_table
+from repros.common.kinds import SUFFIXES
 
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
@@ -118,7 +119,7 @@ class ReproSession:
 
 
 def _module_path(module: str) -> Path:
-    if module.endswith(".py"):
+    if module.endswith(SUFFIXES):
         return Path(module).resolve()
     return (WORKER_PACKAGE_DIR.parent / Path(*module.split("."))).with_suffix(".py").resolve()
 
@@ -259,7 +260,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     state = parent.config.stash.get(STATE, None)
-    if state is None or file_path.suffix != ".py":
+    if state is None or file_path.suffix not in SUFFIXES:
         return None
     key = state.repro_files().get(file_path.resolve())
     if key is None:
@@ -268,7 +269,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 class ReproFile(pytest.File):
-    """A repro module: its items in every planned cell and mode (never imported by pytest)."""
+    """A repro file (a module, or a script repro's declaration): its items in every planned cell and
+    mode (never imported by pytest)."""
 
     def __init__(self, *, key: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -342,7 +344,7 @@ class _RecordedItem(pytest.Item):
             self.user_properties.append((key, record.get(key)))
         if os.environ.get("PYTEST_XDIST_WORKER"):
             self.user_properties.append(("xdist_worker", os.environ["PYTEST_XDIST_WORKER"]))
-        if not record["matched"]:
+        if counts_against(record):
             raise ReproMismatch(record)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]

@@ -18,7 +18,7 @@ from harness.launchers.result import LaunchResult
 from harness.metrics import empty_fields, summarise
 from harness.outcome import Observation
 from repros.common.context import TRACKED_PACKAGES
-from repros.common.outcomes import Outcome
+from repros.common.outcomes import UNOBSERVED, Outcome
 from repros.common.spec import Expectation
 
 #: The record layout this harness writes; a record of another version is refused, not guessed at.
@@ -97,6 +97,11 @@ class ItemRecord(TypedDict, total=False):
     expected_established_by: str | None
     expected_device: str | None
     matched: Required[bool]
+    #: Explored (``run --explore``, or a repro with no expectation for the mode): the observation
+    #: is a finding, reported per cell, never a missed expectation (unless nothing was observed).
+    explored: bool
+    #: The matrix cell a pinned or bisected cell was derived from (``--pin``, ``bisect``).
+    cell_origin: str
     versions: Required[dict[str, str | None]]
     world_size: Required[int]
     device: Required[str | None]
@@ -332,6 +337,17 @@ def unobserved_record(
         "finished_at": finished_at,
     }
     return record  # type: ignore[return-value]
+
+
+def is_finding(record: Mapping[str, Any]) -> bool:
+    """An explored item that observed something: what it found is the result, matched or not."""
+    return bool(record.get("explored")) and record.get("outcome") not in UNOBSERVED
+
+
+def counts_against(record: Mapping[str, Any]) -> bool:
+    """Whether the record makes a run fail (exit 1, a JUnit failure, a failed pytest item): it
+    did not match its expectation and is not an explored item's finding."""
+    return not record.get("matched") and not is_finding(record)
 
 
 def key(record: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import repros
 from harness.environments.inventory import isolated_environ
@@ -37,6 +38,8 @@ class Repro:
     #: A dotted module name, or the path of a user's repro file.
     module: str
     kind: str = "module"
+    #: What its ranks are sent besides the reference (a script repro's declaration), JSON data.
+    rank_params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -74,15 +77,23 @@ def _builtin() -> Iterable[tuple[str, str]]:
 def user_files(dirs: Sequence[Path]) -> list[Path]:
     """The files of ``dirs`` that declare a repro of some kind (read, not run)."""
     found = []
-    for directory in dirs:
-        for path in sorted(Path(directory).iterdir()):
+    for directory in dict.fromkeys(Path(d).resolve() for d in dirs):
+        for path in sorted(directory.iterdir()):
             if path.is_file() and not path.name.startswith((".", "_")) and kind_of(path) is not None:
                 found.append(path.resolve())
-    return found
+    return list(dict.fromkeys(found))
 
 
-def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> tuple[ReproSpec | None, str, str]:
-    """(the file's SPEC, its kind, "") or (None, "", why not), read by a child process."""
+@dataclass(frozen=True)
+class Described:
+    spec: ReproSpec | None
+    kind: str = ""
+    reason: str = ""
+    rank_params: dict[str, Any] = field(default_factory=dict)
+
+
+def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Described:
+    """The file's SPEC, its kind and what its ranks need, or why there is none; read by a child process."""
     with tempfile.TemporaryDirectory(prefix="ft-regress-describe-") as scratch:
         out = Path(scratch) / "spec.json"
         package_root = str(Path(repros.__file__).resolve().parent.parent)
@@ -99,40 +110,45 @@ def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> tupl
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return None, "", f"reading it took more than {timeout_s:.0f} s (does it run something at import?)"
+            why = f"reading it took more than {timeout_s:.0f} s (does it run something at import?)"
+            return Described(None, reason=why)
         if not out.exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             said = f": {' / '.join(tail)}" if tail else ""
-            return None, "", f"the process reading it ended (exit code {done.returncode}) before it said what it is{said}"
+            ended = f"the process reading it ended (exit code {done.returncode})"
+            return Described(None, reason=f"{ended} before it said what it is{said}")
         try:
             result = json.loads(out.read_text(encoding="utf-8"))
             if not result.get("ok"):
-                return None, "", str(result.get("error"))
-            return spec_from_data(result["spec"]), str(result.get("kind") or ""), ""
+                return Described(None, reason=str(result.get("error")))
+            params = result.get("rank_params") or {}
+            if not isinstance(params, dict):
+                raise TypeError("rank_params is not a mapping")
+            return Described(spec_from_data(result["spec"]), str(result.get("kind") or ""), "", params)
         except (ValueError, KeyError, TypeError) as exc:
-            return None, "", f"its SPEC is not usable: {exc}"
+            return Described(None, reason=f"its SPEC is not usable: {exc}")
 
 
 def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
     found: dict[str, Repro] = {}
     broken: dict[str, BrokenRepro] = {}
 
-    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str) -> None:
+    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: dict[str, Any]) -> None:
         if spec is None:
             broken[stem] = BrokenRepro(stem, ref, reason)
         elif spec.id in found:
             broken[stem] = BrokenRepro(stem, ref, f"repro id {spec.id!r} is already taken by {found[spec.id].module}")
         else:
-            found[spec.id] = Repro(spec=spec, module=ref, kind=kind)
+            found[spec.id] = Repro(spec=spec, module=ref, kind=kind, rank_params=params)
 
     for stem, ref in _builtin():
         try:
             loaded = KINDS[0].load(ref)
         except Exception as exc:  # noqa: BLE001 - a broken built-in is reported like any broken repro
-            add(stem, ref, None, "", f"cannot be imported: {type(exc).__name__}: {exc}")
+            add(stem, ref, None, "", f"cannot be imported: {type(exc).__name__}: {exc}", {})
         else:
-            add(stem, ref, loaded.spec, KINDS[0].name, "")
+            add(stem, ref, loaded.spec, KINDS[0].name, "", loaded.rank_params)
     for path in user_files([*extra_dirs, *user_dirs_from_env()]):
-        spec, kind, reason = describe_in_child(path)
-        add(path.stem, str(path), spec, kind, reason)
+        described = describe_in_child(path)
+        add(path.stem, str(path), described.spec, described.kind, described.reason, described.rank_params)
     return Discovery(repros=found, broken=broken)

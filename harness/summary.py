@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.figures import memory
-from harness.records import ItemRecord
+from harness.records import ItemRecord, counts_against, is_finding
 from harness.terminal import plain
 from repros.common.outcomes import Outcome
 
@@ -36,10 +36,13 @@ def format_step(step: dict[str, Any] | None) -> str:
 
 def entry_text(rec: ItemRecord) -> Text:
     matched = rec.get("matched")
-    style = "green" if matched else "bold red"
+    finding = is_finding(rec) and not matched
+    style = "green" if matched else "cyan" if finding else "bold red"
     text = Text(rec["outcome"], style=style)
     if matched:
         text.append(" ✓", style="green")
+    elif finding:
+        text.append(" · explored", style="cyan")
     elif rec["outcome"] == Outcome.UNRESOLVABLE:
         text.append(" ✗ no environment", style="red")
     elif rec.get("expected"):
@@ -60,7 +63,7 @@ def results_table(records: Sequence[ItemRecord], excluded: Sequence[dict[str, An
     by_key = {(r["cell"], r["repro"], r["mode"]): r for r in records}
     excluded_by_key = {(e["cell"], e["repro"], e["mode"]): e for e in excluded}
     table = Table(
-        title="outcome (✓ matches expectation) · training peak memory · step time median ±IQR (CPU time)",
+        title="outcome (✓ matches expectation, · explored) · training peak memory · step time median ±IQR (CPU time)",
         show_lines=True,
     )
     table.add_column("repro / mode", style="bold")
@@ -94,7 +97,7 @@ def print_summary(console: Console, records: Sequence[ItemRecord], excluded: Seq
         line = Text(plain(cell), style="bold")
         line.append(plain(f": {pins}"))
         console.print(line, highlight=False)
-    mismatches = [r for r in records if not r.get("matched")]
+    mismatches = [r for r in records if counts_against(r)]
     for rec in mismatches:
         if rec["outcome"] == Outcome.UNRESOLVABLE:
             verdict = "the cell's environment could not be built"
@@ -111,4 +114,6 @@ def print_summary(console: Console, records: Sequence[ItemRecord], excluded: Seq
             console.print(plain(f"    {reason.splitlines()[0] if reason else ''}"), highlight=False, markup=False)
         console.print(plain(f"    rerun: {rec.get('repro_cmd')}"), highlight=False, markup=False)
     matched = sum(1 for r in records if r.get("matched"))
-    console.print(f"{matched} of {len(records)} items matched their expectation", highlight=False)
+    explored = sum(1 for r in records if is_finding(r) and not r.get("matched"))
+    line = f"{matched} of {len(records)} items matched their expectation"
+    console.print(line + (f"; {explored} explored" if explored else ""), highlight=False)

@@ -43,7 +43,7 @@ sys.exit(1 if any(codes) else 0)
 """
 
 FAKE_RANK = """
-import argparse, os, sys, time, traceback, types
+import argparse, json, os, sys, time, traceback, types
 from pathlib import Path
 from repros.common.loading import load_repro
 from repros.common.record import write_rank_record
@@ -60,9 +60,10 @@ record = {"rank": rank, "world_size": world, "pid": os.getpid(), "mode": args.mo
 write_rank_record(args.item_dir, rank, record)
 code = 0
 try:
-    load_repro(args.module).run(types.SimpleNamespace(rank=rank, world_size=world, mode=args.mode, facts={}))
+    ctx = types.SimpleNamespace(rank=rank, world_size=world, mode=args.mode, facts={})
+    load_repro(args.module, json.loads(args.params)).run(ctx)
     record["status"] = "ok"
-except Exception as exc:
+except BaseException as exc:
     cls = type(exc)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     record.update(status="error", error={"type": name, "message": str(exc), "traceback": traceback.format_exc()})

@@ -11,13 +11,16 @@ from harness.commands.bisect import BisectCommand
 from harness.commands.catalog import CatalogCommand
 from harness.commands.compare import CompareCommand
 from harness.commands.costs import CostsCommand
+from harness.commands.explain import ExplainCommand
 from harness.commands.grid import GridCommand
+from harness.commands.init import InitCommand
 from harness.commands.listing import ListCommand
 from harness.commands.merge import MergeCommand
 from harness.commands.report import ReportCommand
 from harness.commands.run import RunCommand
 
 COMMANDS: tuple[type[Command], ...] = (
+    InitCommand,
     RunCommand,
     MergeCommand,
     BisectCommand,
@@ -25,6 +28,7 @@ COMMANDS: tuple[type[Command], ...] = (
     CostsCommand,
     GridCommand,
     CompareCommand,
+    ExplainCommand,
     ReportCommand,
     ListCommand,
     CatalogCommand,

@@ -6,9 +6,12 @@ import argparse
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.text import Text
 
 from harness import options
 from harness.commands.base import Command
+from harness.repro_registry import discover
+from harness.terminal import plain
 
 
 class ListCommand(Command):
@@ -19,14 +22,22 @@ class ListCommand(Command):
         options.add_cli_options(parser, ("matrix", "repros_dir"))
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
-        matrix, discovery = options.load(args.matrix, args.repros_dir)
+        missing: options.NoMatrix | None = None
+        try:
+            matrix, discovery = options.load(args.matrix, args.repros_dir)
+        except options.NoMatrix as exc:
+            # No matrix anywhere: the repros can still be listed; cells and lanes need one.
+            missing, matrix, discovery = exc, None, discover(options.check_repros_dirs(args.repros_dir))
         for repro in discovery.repros.values():
-            console.print(
-                f"[bold]{repro.id}[/bold] {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})",
-                highlight=False,
-            )
+            line = Text(repro.id, style="bold")
+            line.append(plain(f" {repro.spec.title} ({repro.module}; modes {', '.join(repro.spec.modes)})"))
+            console.print(line, highlight=False)
         for stem, broken in discovery.broken.items():
-            console.print(f"broken: {stem} ({broken.module}): {broken.reason}", highlight=False, markup=False)
+            console.print(plain(f"broken: {stem} ({broken.module}): {broken.reason}"), highlight=False, markup=False)
+        if matrix is None:
+            assert missing is not None
+            console.print(plain(f"no matrix: {missing.problem}; {missing.fix}"), highlight=False, markup=False)
+            return 0
         for lane, description in matrix.lanes.items():
             cells = ", ".join(c.name for c in matrix.cells.values() if lane in c.lanes)
             console.print(

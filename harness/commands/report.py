@@ -11,6 +11,7 @@ from rich.console import Console
 
 from harness.commands.base import Command
 from harness.errors import EXIT_USAGE
+from harness.explore import findings_lines
 from harness.finalize import finalize
 from harness.history import load_history
 from harness.pipeline import exit_status
@@ -32,6 +33,9 @@ class ReportCommand(Command):
             records = run_dir.records()
             meta = run_dir.read_meta()
             print_summary(console, records, meta.get("excluded") or [])
+            cells = meta.get("cells") if isinstance(meta.get("cells"), dict) else {}
+            for line in findings_lines(records, cells):
+                console.print(plain(line), highlight=False, markup=False)
             done = finalize(run_dir)
             for path in done.written:
                 console.print(f"report: {path}", highlight=False, markup=False)

@@ -32,6 +32,7 @@ SELECTION_FLAGS = (
     ("--cache-dir", "cache_dir"),
     ("--reports-dir", "reports_dir"),
     ("--model", "model"),
+    ("--explore", "explore"),
 )
 
 
@@ -76,6 +77,19 @@ class RunCommand(Command):
             help="run only shard I of N of the planned items, balanced by the durations of the runs in --reports-dir",
         )
         options.add_cli_options(parser, ("repros_dir",))
+        parser.add_argument(
+            "--explore",
+            action="store_true",
+            help="report what each repro does in each cell (where it fails, where it runs, with what) instead of "
+            "checking expectations; exit 0 unless something could not run (a repro without expectations is "
+            "always explored)",
+        )
+        parser.add_argument(
+            "--save-expectations",
+            action="store_true",
+            help="explore, then write what was observed back as the repros' expectations, each with the command "
+            "that established it (a script repro's declaration is edited; a repro in code gets lines to paste)",
+        )
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         if args.resume:
@@ -86,13 +100,15 @@ class RunCommand(Command):
             out_dir=args.out,
             pins=parse_pins(args.pin),
             shard=shard,
+            explore=args.explore or args.save_expectations,
+            save_expectations=args.save_expectations,
         )
         return execute(opts, console, argv)
 
 
 def resumed_options(args: argparse.Namespace) -> RunOptions:
     """The options of the run in ``--resume DIR``, as its run.json keeps them."""
-    given = [flag for flag, dest in SELECTION_FLAGS if getattr(args, dest, None) not in (None, [], ())]
+    given = [flag for flag, dest in SELECTION_FLAGS if getattr(args, dest, None) not in (None, [], (), False)]
     # --reports-dir has a default: only a different value counts as given.
     if "--reports-dir" in given and args.reports_dir == Path("reports"):
         given.remove("--reports-dir")
@@ -123,6 +139,8 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
             "shard": parse_shard(stored["shard"]) if stored.get("shard") else None,
             "shard_items": tuple(shard_meta["items"]) if shard_meta else None,
             "reports_dir": Path(stored.get("reports_dir") or "reports"),
+            "explore": bool(stored.get("explore")) or args.save_expectations,
+            "save_expectations": args.save_expectations,
         }
         values["launcher"] = args.launcher or stored.get("launcher")
         values["jobs"] = args.jobs if args.jobs is not None else int(stored.get("jobs", 1))

@@ -14,6 +14,7 @@ import sys
 import traceback
 
 from repros.common.kinds import kind_of
+from repros.common.kinds.script import DeclarationError
 from repros.common.spec import spec_to_data
 
 
@@ -25,9 +26,11 @@ def describe(path: str) -> dict[str, object]:
         return {"ok": False, "error": "declares no repro"}
     try:
         loaded = kind.load(path)
+    except DeclarationError as exc:
+        return {"ok": False, "error": f"is not a usable repro declaration: {exc}"}
     except BaseException as exc:  # noqa: BLE001 - a user's file may fail in any way
         return {"ok": False, "error": f"cannot be imported: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    return {"ok": True, "kind": kind.name, "spec": spec_to_data(loaded.spec)}
+    return {"ok": True, "kind": kind.name, "spec": spec_to_data(loaded.spec), "rank_params": loaded.rank_params}
 
 
 def main(argv: list[str] | None = None) -> int:

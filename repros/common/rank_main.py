@@ -86,9 +86,18 @@ def _setup_device(local_rank: int, world_size: int) -> tuple[Any, str]:
     return device, backend
 
 
+def _device_only(local_rank: int) -> tuple[Any, str | None]:
+    """The device a script that sets up torch.distributed itself will find (nothing initialised)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank), None
+    return torch.device("cpu"), None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--module", required=True, help="the repro module (dotted name) or its file (.py)")
+    parser.add_argument("--module", required=True, help="the repro module (dotted name) or its file (.py, .yaml)")
     parser.add_argument("--mode", required=True)
     parser.add_argument("--item-dir", required=True, type=Path)
     parser.add_argument("--params", default="{}", help="what the item asks beyond repro and mode (JSON)")
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    item_dir: Path = args.item_dir
+    item_dir: Path = args.item_dir.resolve()  # a script repro changes the working directory
     _redirect_output(rank_log_path(item_dir, rank))
 
     started = time.perf_counter()
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "pid": os.getpid(),
         "mode": args.mode,
         "status": "running",
-        "phase": "setup",
+        "phase": "import",
         "started_at": _now(),
         "versions": installed_versions(),
         # The rendezvous: DeepSpeed names its /dev/shm segments after it, and the
@@ -126,7 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     ctx: RankContext | None = None
     spec = None
     try:
-        device, backend = _setup_device(local_rank, world_size)
+        # The repro first (a failure here is the repro's file, not the scenario): it says whether
+        # it sets up torch.distributed itself (a user's script) or the rank does it for it.
+        repro = load_repro(args.module, params)
+        spec = repro.spec
+        record["phase"] = "setup"
+        if repro.owns_process_group:
+            device, backend = _device_only(local_rank)
+        else:
+            device, backend = _setup_device(local_rank, world_size)
         record.update(device=device.type, backend=backend)
         if device.type == "cuda":
             import torch
@@ -138,17 +155,14 @@ def main(argv: list[str] | None = None) -> int:
                 record["nccl_version"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
             except (AttributeError, RuntimeError):
                 record["nccl_version"] = None
-        record["phase"] = "import"
         write_rank_record(item_dir, rank, record)
-        repro = load_repro(args.module)
-        spec = repro.spec
         size = use_size(str(params.get("model") or "tiny"))
         ctx = RankContext(
             rank=rank,
             local_rank=local_rank,
             world_size=world_size,
             device=device,
-            backend=backend,
+            backend=backend or "",
             steps=int(params.get("steps") or size.steps or spec.steps),
             warmup_steps=int(params.get("warmup_steps") or size.warmup_steps or spec.warmup_steps),
             mode=args.mode,

@@ -23,6 +23,10 @@ DEVICES = ("cpu", "cuda")
 REPRO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: The most ranks a repro may ask for.
 MAX_WORLD_SIZE = 1024
+#: What makes a ``fixed`` run a PASS: ``trained`` (the fixed trainer's rule, judged from the
+#: training facts every rank records in ``ctx.facts["train"]``) or ``clean-exit`` (every rank ran
+#: to its end without an error: a user's script with a workaround, which records no facts).
+PASS_RULES = ("trained", "clean-exit")
 
 #: A check on the full text of an exception message; True when the text shows
 #: the documented symptom.
@@ -133,6 +137,8 @@ class ReproSpec:
     description: str = ""
     #: Workarounds to price (``costs``), beyond the documented scenario and the fixed trainer.
     variants: tuple[Variant, ...] = ()
+    #: What makes a ``fixed`` run a PASS (one of ``PASS_RULES``).
+    pass_rule: str = "trained"
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
@@ -164,6 +170,8 @@ class ReproSpec:
             raise ValueError(f"{self.id}: steps and warmup_steps must be whole numbers, warmup_steps >= 0")
         if self.steps <= self.warmup_steps:
             raise ValueError(f"{self.id}: steps must exceed warmup_steps")
+        if self.pass_rule not in PASS_RULES:
+            raise ValueError(f"{self.id}: pass_rule {self.pass_rule!r} is not one of {PASS_RULES}")
         names = [v.name for v in self.variants]
         reserved = {AS_DOCUMENTED, FIXED_TRAINER}
         if len(set(names)) != len(names) or reserved & set(names):
@@ -230,6 +238,7 @@ def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
              "claim": v.claim}
             for v in spec.variants
         ],
+        "pass_rule": spec.pass_rule,
     }
 
 
@@ -270,4 +279,5 @@ def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
             Variant(str(v["name"]), str(v["description"]), dict(v["overrides"]), bool(v["guards"]), str(v["claim"]))
             for v in data.get("variants") or []
         ),
+        pass_rule=str(data.get("pass_rule") or "trained"),
     )

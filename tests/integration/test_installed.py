@@ -99,3 +99,47 @@ def test_a_cell_imports_its_own_packages_not_the_installed_orchestrators(install
     record = records[0]
     assert record["outcome"] == "NOT_REPRODUCED", (record.get("error"), record.get("ranks"), done.stdout[-3000:])
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_users_plain_script_is_explored_saved_bisected_and_explained_from_the_installed_wheel(
+    installed: Path, tmp_path: Path
+) -> None:
+    """The user this serves: `pip install`, `init`, then their script across two cells, outside the repo."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "FT_REGRESS_MATRIX",
+                                                            "FT_REGRESS_REPROS")}
+    project = tmp_path / "my-job"
+
+    def ft(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(installed / "bin" / "ft-regress"), *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    project.mkdir()
+    assert ft("init").returncode == 0
+    explored = ft("run", "--save-expectations", "--out", "explored")
+    assert explored.returncode == 0, explored.stdout + explored.stderr
+    records = {(r["cell"], r["mode"]): r for r in read_results(project / "explored" / "results.jsonl")}
+    assert {k: r["outcome"] for k, r in records.items()} == {
+        ("current", "bug"): "NOT_REPRODUCED", ("current", "fixed"): "PASS",
+        ("ds-0.19.2", "bug"): "REPRODUCED", ("ds-0.19.2", "fixed"): "PASS",
+    }, explored.stdout
+    assert records[("ds-0.19.2", "bug")]["error"]["type"] == "torch.utils.checkpoint.CheckpointError"
+    assert records[("ds-0.19.2", "bug")]["repro_cmd"].startswith(f"ft-regress run --matrix {project / 'matrix.yaml'}")
+    assert "fails as declared in ds-0.19.2 (deepspeed 0.19.2)" in explored.stdout
+    saved = yaml.safe_load((project / "repro.yaml").read_text())["repro"]["expectations"]
+    assert {(e["mode"], e["outcome"], tuple(e.get("when", {}).items())) for e in saved} == {
+        ("bug", "NOT_REPRODUCED", (("deepspeed", "==0.19.8"),)), ("bug", "REPRODUCED", (("deepspeed", "==0.19.2"),)),
+        ("fixed", "PASS", (("deepspeed", "==0.19.8"),)), ("fixed", "PASS", (("deepspeed", "==0.19.2"),)),
+    }
+    checked = ft("run", "--cells", "ds-0.19.2", "--modes", "bug", "--out", "checked")
+    assert checked.returncode == 0 and "1 of 1 items matched their expectation" in checked.stdout, checked.stdout
+
+    bisected = ft("bisect", "--repro", "my-training", "--package", "deepspeed", "--good", "0.19.3", "--bad", "0.19.2",
+                  "--out", "bisect")
+    assert bisected.returncode == 0, bisected.stdout + bisected.stderr
+    assert bisected.stdout.strip().splitlines()[-1] == "first good: deepspeed==0.19.3"
+
+    explained = ft("explain", "explored/items/ds-0.19.2/my-training-bug/rank0.log", timeout=300)
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert explained.stdout.startswith("F1: LoRA + gradient checkpointing + ZeRO-3: recomputed shape [0]")
+    assert "affected: deepspeed<0.19.3 (REPRODUCED)" in explained.stdout
+    assert "my-training: LoRA + ZeRO-3 + gradient checkpointing fails in backward - your repro" in explained.stdout

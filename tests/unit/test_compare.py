@@ -98,6 +98,26 @@ def test_each_outcome_change_gets_its_class() -> None:
     assert "**2 new regressions**" in text and "### new regression (2)" in text
 
 
+def test_a_pinned_upgrade_is_compared_with_the_cell_it_came_from() -> None:
+    old = [rec("current", "bug", "NOT_REPRODUCED"), rec("current", "fixed", "PASS")]
+    new = [
+        # run --pin peft==0.22.0: the cell is renamed; one record names its origin, one predates the field.
+        rec("current+peft-0.22.0", "bug", "DIFFERENT_ERROR", matched=False, error="ImportError",
+            cell_origin="current"),
+        rec("current+peft-0.22.0", "fixed", "FAIL", matched=False),
+    ]
+    by_kind: dict[str, list[str]] = {}
+    for change in compare_runs(old, new):
+        by_kind.setdefault(change.kind, []).append(change.item)
+    pinned = ["current+peft-0.22.0 (against current)/F1/bug", "current+peft-0.22.0 (against current)/F1/fixed"]
+    assert by_kind[NEW_REGRESSION] == pinned
+    assert by_kind[FIXED_TRAINER_BROKE] == pinned[1:] and ADDED not in by_kind and REMOVED not in by_kind
+    # Both cells in one run: each is its own item, the pinned one added.
+    assert kinds(compare_runs(old[:1], [rec("current", "bug", "NOT_REPRODUCED"), new[0]])) == {
+        "current+peft-0.22.0/F1/bug": ADDED
+    }
+
+
 def test_performance_beyond_threshold_and_noise_is_flagged() -> None:
     old = [rec("a", "fixed", "PASS", mem=400 * MIB, median=0.100, iqr=0.005)]
     new = [rec("a", "fixed", "PASS", mem=480 * MIB, median=0.160, iqr=0.005)]

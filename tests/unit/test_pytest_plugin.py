@@ -150,3 +150,41 @@ def test_xdist_workers_lease_disjoint_gpus_sized_to_each_item(stack: tuple[Path,
     assert overlapping >= 1, "the two workers ran items side by side"
     leases = [g for _, _, g in spans]
     assert all(g <= {"0", "1", "2", "3"} for g in leases)
+
+
+def test_records_go_under_the_directory_pytest_was_started_from_not_its_rootdir(
+    stack: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The repro directory and the project share only a distant ancestor (pytest's rootdir)."""
+    root, base = stack
+    here = tmp_path / "my-project"
+    here.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--matrix={root / 'matrix.yaml'}",
+         f"--repros-dir={root / 'repros'}", "--repros=T2", "--cell=a", str(root / "repros")],
+        capture_output=True, text=True, cwd=here, env=base, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = (here / "reports").glob("pytest-*")
+    assert [r["repro"] for r in read_results(run / "results.jsonl")] == ["T2"]
+    assert not list(root.parent.glob("reports")) and not list((root / "repros").glob("reports"))
+
+
+def test_a_script_repro_declared_in_yaml_is_a_pytest_item_explored_like_in_run(
+    stack: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    _, base = stack
+    matrix = fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.py").write_text("raise ValueError('boom')\n")
+    (mine / "repro.yaml").write_text("repro:\n  id: yml\n  world_size: 1\n  script: train.py\n"
+                                     "  fails_with: {type: ValueError, pattern: boom}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", f"--matrix={matrix}",
+         f"--repros-dir={mine}", "--cell=a", f"--repro-out={tmp_path / 'out'}"],
+        capture_output=True, text=True, cwd=tmp_path, env=base, timeout=300,
+    )
+    assert proc.returncode == 0 and "PASSED" in proc.stdout and "repro.yaml::yml-bug[a]" in proc.stdout, proc.stdout
+    (record,) = read_results(tmp_path / "out" / "results.jsonl")
+    assert (record["outcome"], record["explored"]) == ("REPRODUCED", True)

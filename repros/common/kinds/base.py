@@ -9,7 +9,7 @@ its kind (statically: nothing of the file runs), and ``load``s one by reference 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +20,12 @@ from repros.common.spec import ReproSpec
 class LoadedRepro:
     spec: ReproSpec
     run: Callable[[Any], None]
+    #: The repro sets up ``torch.distributed`` itself (a user's script calls
+    #: ``init_process_group``); otherwise the rank does, before ``run(ctx)``.
+    owns_process_group: bool = False
+    #: What the ranks need to run it besides its reference, as JSON data (a script's command):
+    #: read once where the repro is described, sent with every item (``ctx.params``).
+    rank_params: dict[str, Any] = field(default_factory=dict)
 
 
 class ReproKind(Protocol):
@@ -31,4 +37,8 @@ class ReproKind(Protocol):
 
     def load(self, ref: str) -> LoadedRepro:
         """The repro at ``ref`` (a dotted module name or a file path), imported and ready to run."""
+        ...
+
+    def from_rank_params(self, ref: str, params: dict[str, Any]) -> LoadedRepro | None:
+        """On a rank: the repro from what ``load`` put in ``rank_params`` (None: load ``ref`` instead)."""
         ...

@@ -14,6 +14,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from repros.common.kinds.base import LoadedRepro
 from repros.common.spec import ReproSpec
@@ -62,6 +63,9 @@ class ModuleKind:
 
     def claims(self, path: Path) -> bool:
         return path.suffix == ".py" and not path.name.startswith("_") and declares_spec(path)
+
+    def from_rank_params(self, ref: str, params: dict[str, Any]) -> LoadedRepro | None:
+        return None
 
     def load(self, ref: str) -> LoadedRepro:
         module = import_module_ref(ref)
