@@ -55,6 +55,7 @@ def plan_costs(opts: RunOptions, variants: Sequence[str] = ()) -> Plan:
                     item.world_size,
                     params={"variant": name},
                     rank_mode="fixed" if name == FIXED_TRAINER else "bug",
+                    explore=True,  # a variant has no expectation: what it does is the finding
                 )
             )
     return plan

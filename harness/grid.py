@@ -241,9 +241,12 @@ def annotate(grid: Grid, record: ItemRecord) -> None:
     """Set the record's expectation from the grid's rules (a combination none covers: no match)."""
     combination = record.get("scenario") or {}
     if record.get("mode") != AS_WRITTEN or not combination:
+        if combination:
+            record["explored"] = True  # a guarded rerun answers "does it train then?": a finding
         return
     rule = grid.expectation(combination, record.get("versions") or {})
     if rule is None:
+        record["explored"] = True  # reported, not failed: what it did is the finding
         return
     record["expected"] = rule.outcome
     record["expected_established_by"] = rule.established_by

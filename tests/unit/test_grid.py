@@ -92,6 +92,12 @@ def test_an_expectation_rule_sets_the_records_expected_outcome_by_combination_an
     newer = {**record, "versions": {"deepspeed": "0.19.8"}, "outcome": "PASS", "expected": None, "matched": False}
     annotate(g, newer)  # type: ignore[arg-type]
     assert newer["expected"] is None and newer["matched"] is False  # no rule: reported, not failed
+    from harness.records import counts_against
+
+    assert newer["explored"] is True and not counts_against(newer)  # no JUnit failure, no exit 1
+    missed = {**record, "outcome": "PASS", "matched": False, "expected": None}
+    annotate(g, missed)  # type: ignore[arg-type]
+    assert missed["expected"] == "REPRODUCED" and counts_against(missed)  # a rule that did not hold fails
 
 
 def test_a_known_failure_is_run_again_through_the_guards() -> None:
