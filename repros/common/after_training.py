@@ -52,13 +52,20 @@ def _tolerance(scenario: Scenario) -> float:
     return TOLERANCE[bool(scenario.bf16 or scenario.quantization)]
 
 
-def _compare(facts: dict[str, Any], got: Any, reference: Any, base: Any, scenario: Scenario) -> float:
+def _check(facts: dict[str, Any], got: Any, reference: Any, base: Any, scenario: Scenario,
+           error: type[Exception], what: str) -> None:
+    """Raise ``error`` unless ``got`` (the logits of ``what``) agrees with the trained model's
+    within the tolerance; ``base`` (the untrained base's) shows whether the check can tell."""
     tolerance = _tolerance(scenario)
     diff = float((got - reference).abs().max())
     base_diff = float((base - reference).abs().max())
     facts.update(max_abs_diff=diff, base_max_abs_diff=base_diff, tolerance=tolerance)
     facts["check_can_tell"] = base_diff > tolerance
-    return diff
+    if diff > tolerance:
+        raise error(
+            f"{what}'s logits differ from the trained model's by {diff:.4g} "
+            f"(tolerance {tolerance}; the untrained base differs by {base_diff:.4g})"
+        )
 
 
 def reference_logits(trained: Any, scenario: Scenario) -> Any:
@@ -90,12 +97,7 @@ def save_reload(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any
             base_logits = _logits(base, trained.batch.cpu(), scenario.bf16)
             loaded = PeftModel.from_pretrained(_fresh_base(scenario), directory)
             got = _logits(loaded, trained.batch.cpu(), scenario.bf16)
-            diff = _compare(facts, got, reference, base_logits, scenario)
-            if diff > facts["tolerance"]:
-                raise ReloadedAdapterDiffers(
-                    f"the reloaded adapter's logits differ from the trained model's by {diff:.4g} "
-                    f"(tolerance {facts['tolerance']}; the untrained base differs by {facts['base_max_abs_diff']:.4g})"
-                )
+            _check(facts, got, reference, base_logits, scenario, ReloadedAdapterDiffers, "the reloaded adapter")
         _barrier()
 
 
@@ -117,12 +119,7 @@ def merge(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> 
                 param.copy_(merged[name])
         base_logits = _logits(tiny_qwen2(), trained.batch.cpu(), scenario.bf16)
         got = _logits(model, trained.batch.cpu(), scenario.bf16)
-        diff = _compare(facts, got, reference, base_logits, scenario)
-        if diff > facts["tolerance"]:
-            raise MergedModelDiffers(
-                f"the merged model's logits differ from the trained model's by {diff:.4g} "
-                f"(tolerance {facts['tolerance']})"
-            )
+        _check(facts, got, reference, base_logits, scenario, MergedModelDiffers, "the merged model")
     _barrier()
 
 
