@@ -35,6 +35,9 @@ def build_model(scenario: Scenario) -> Any:
         model = tiny_qwen2()
     if scenario.use_cache is not None:
         model.config.use_cache = scenario.use_cache
+    checkpointing_first = scenario.gradient_checkpointing and scenario.checkpointing_before_adapter
+    if checkpointing_first:
+        _enable_checkpointing(model, scenario)
     if scenario.lora_impl == "dschat":
         from repros.common.dschat_lora import convert_linear_layer_to_lora, only_optimize_lora_parameters
 
@@ -42,14 +45,18 @@ def build_model(scenario: Scenario) -> Any:
         model = only_optimize_lora_parameters(model)
     else:
         model = _attach_peft_adapter(model, scenario)
-    if scenario.gradient_checkpointing:
-        if scenario.use_reentrant is None:
-            model.gradient_checkpointing_enable()
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
+    if scenario.gradient_checkpointing and not checkpointing_first:
+        _enable_checkpointing(model, scenario)
     if scenario.input_require_grads:
         model.enable_input_require_grads()
     return model
+
+
+def _enable_checkpointing(model: Any, scenario: Scenario) -> None:
+    if scenario.use_reentrant is None:
+        model.gradient_checkpointing_enable()
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
 
 
 def _attach_peft_adapter(model: Any, scenario: Scenario) -> Any:
@@ -89,7 +96,23 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
             else "off"
         ),
         "input_require_grads": scenario.input_require_grads,
+        # Whatever set it (the scenario, or PEFT when checkpointing came before the adapter).
+        "embedding_output_requires_grad": _embedding_output_requires_grad(embedding),
+        "ddp_find_unused_parameters": scenario.ddp_find_unused_parameters if scenario.engine == "ddp" else None,
+        "fsdp1_use_orig_params": scenario.fsdp1_use_orig_params if scenario.engine == "fsdp1" else None,
     }
+
+
+def _embedding_output_requires_grad(embedding: Any) -> bool | None:
+    """Whether the embedding's output requires grad, forward hooks included (one token through it)."""
+    import torch
+
+    weight = embedding.weight
+    if getattr(weight, "ds_id", None) is not None or weight.numel() == 0:
+        return None  # partitioned by ZeRO-3 (zero.Init): only the engine can run it
+    with torch.enable_grad():
+        out = embedding(torch.zeros(1, 1, dtype=torch.long, device=weight.device))
+    return bool(out.requires_grad)
 
 
 def adapter_parameters(model: Any) -> list[tuple[str, Any]]:
@@ -136,6 +159,16 @@ class _Engine:
 
     def full_grad_norm(self, param: Any) -> float | None:
         return None if param.grad is None else float(param.grad.detach().float().norm())
+
+    # What the loop reads; an engine whose parameters are not the model's own overrides these.
+    def adapters(self) -> list[tuple[str, Any]]:
+        return adapter_parameters(self.model)
+
+    def full_params(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        return {name: self.full_param(p) for name, p in adapters}
+
+    def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
+        return {name: self.full_grad_norm(p) for name, p in adapters}
 
 
 class _DeepSpeedEngine(_Engine):
@@ -196,8 +229,13 @@ class _DDPEngine(_AutocastEngine):
 
         super().__init__(scenario, ctx, model)
         model.to(ctx.device)
+        options: dict[str, Any] = {}
+        if scenario.ddp_find_unused_parameters:
+            options["find_unused_parameters"] = True
+        if scenario.ddp_static_graph:
+            options["static_graph"] = True
         self.wrapped = DistributedDataParallel(
-            model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None
+            model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None, **options
         )
         self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self._autocast = scenario.bf16
@@ -235,6 +273,38 @@ class _FSDP2Engine(_AutocastEngine):
         return float(full.detach().float().norm())
 
 
+class _FSDP1Engine(_AutocastEngine):
+    """torch's ``FullyShardedDataParallel`` wrapped as the scenario says (``fsdp1_wrap``,
+    ``fsdp1_use_orig_params``), CPU/CUDA autocast for bf16. Adapters are handled by name: with
+    ``use_orig_params=False`` the module's parameters are FSDP's flat parameters."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+
+        from repros.common.fsdp1 import wrap_fsdp1
+
+        super().__init__(scenario, ctx, model)
+        self._adapter_names = [name for name, _ in adapter_parameters(model)]
+        self.wrapped = wrap_fsdp1(model, scenario.fsdp1_wrap, scenario.fsdp1_use_orig_params, ctx.device)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.wrapped.parameters() if p.requires_grad], lr=scenario.learning_rate
+        )
+        self._autocast = scenario.bf16
+
+    def adapters(self) -> list[tuple[str, Any]]:
+        return [(name, name) for name in self._adapter_names]
+
+    def full_params(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        from repros.common.fsdp1 import full_params
+
+        return full_params(self.wrapped, [name for name, _ in adapters])
+
+    def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
+        from repros.common.fsdp1 import full_grad_norms
+
+        return full_grad_norms(self.wrapped, [name for name, _ in adapters])
+
+
 def _decoder_layers(model: Any) -> Iterator[Any]:
     for module in model.modules():
         if type(module).__name__.endswith("DecoderLayer"):
@@ -245,6 +315,7 @@ _ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
     "deepspeed": _DeepSpeedEngine,
     "fsdp2": _FSDP2Engine,
     "ddp": _DDPEngine,
+    "fsdp1": _FSDP1Engine,
 }
 
 
@@ -256,10 +327,10 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
     ctx.facts["scenario_facts"] = scenario_facts(effective, model)
     engine = _ENGINES[effective.engine](effective, ctx, model)
     # Read after wrapping: FSDP2 replaces each parameter with its sharded DTensor.
-    adapters = adapter_parameters(model)
+    adapters = engine.adapters()
     batch = fixed_batch(ctx.rank, effective.batch_size, effective.seq_len).to(ctx.device)
 
-    before = {name: engine.full_param(p) for name, p in adapters}
+    before = engine.full_params(adapters)
     losses: list[float] = []
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
     engine.wrapped.train()
@@ -270,14 +341,14 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
         engine.backward(loss)
         ctx.meters.pause()
         # Gradient probes are collectives under ZeRO and FSDP: every rank takes them, untimed.
-        for name, param in adapters:
-            grad_norms[name].append(engine.full_grad_norm(param))
+        for name, norm in engine.full_grad_norms(adapters).items():
+            grad_norms[name].append(norm)
         ctx.meters.resume()
         engine.step()
         ctx.meters.pause()
         ctx.meters.end_step()
         losses.append(float(loss.detach().float()))
-    after = {name: engine.full_param(p) for name, p in adapters}
+    after = engine.full_params(adapters)
 
     ctx.facts["train"] = {
         "losses": [_json_number(v) for v in losses],

@@ -11,9 +11,17 @@ Guards (each recorded by id, with its reason, in the result):
 - ``zero3-reentrant-checkpointing``: ZeRO-3 with frozen base weights and non-reentrant
   checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to ``[0]``
   before torch checks the recompute (F1); checkpoint reentrantly instead.
+- ``ddp-static-graph``: DDP with ``find_unused_parameters=True`` under reentrant
+  checkpointing marks each checkpointed adapter ready once after the forward (unused: the
+  checkpoint hides it) and again in the recompute's backward (F6); declare the graph static
+  (``static_graph=True``), which keeps the user's checkpointing and unused-parameter search.
 - ``input-require-grads``: under reentrant checkpointing with a frozen embedding no
   checkpointed block's input requires grad, so the adapters inside get none (F5); make the
-  embedding output require grad.
+  embedding output require grad (not when PEFT did so itself: checkpointing enabled before
+  ``get_peft_model``).
+- ``fsdp1-use-orig-params``: FSDP1 with ``use_orig_params=False`` flattens each unit's
+  parameters into one and refuses frozen base weights and trainable adapters in one unit
+  (F8); keep the original parameters (``use_orig_params=True``, torch PR #98221).
 - ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
   checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
   cast fix (F2); put the root module under the same mixed-precision policy as the layers.
@@ -101,6 +109,27 @@ def _zero3_frozen_ckpt_affected(s: Scenario, v: Versions) -> bool:
     )
 
 
+def _ddp_reentrant_unused_search(s: Scenario, v: Versions) -> bool:
+    return (
+        s.engine == "ddp"
+        and s.ddp_find_unused_parameters
+        and not s.ddp_static_graph
+        and checkpoints_reentrantly(s, v)
+    )
+
+
+def _peft_makes_inputs_require_grad(s: Scenario) -> bool:
+    """``get_peft_model`` on a model already checkpointing calls ``enable_input_require_grads``
+    itself (unquantized models; PEFT's ``_prepare_model_for_gradient_checkpointing``)."""
+    return (
+        s.gradient_checkpointing
+        and s.checkpointing_before_adapter
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.quantization
+    )
+
+
 GUARDS: tuple[GuardRule, ...] = (
     GuardRule(
         "use-cache-off",
@@ -118,11 +147,28 @@ GUARDS: tuple[GuardRule, ...] = (
         "during non-reentrant recompute (F1, DeepSpeed PR #8148)",
     ),
     GuardRule(
+        "ddp-static-graph",
+        "F6",
+        _ddp_reentrant_unused_search,
+        {"ddp_static_graph": True},
+        lambda v: "DDP's unused-parameter search marks adapters under reentrant checkpointing ready twice (F6)",
+    ),
+    GuardRule(
         "input-require-grads",
         "F5",
-        lambda s, v: s.gradient_checkpointing and checkpoints_reentrantly(s, v) and not s.input_require_grads,
+        lambda s, v: s.gradient_checkpointing
+        and checkpoints_reentrantly(s, v)
+        and not s.input_require_grads
+        and not _peft_makes_inputs_require_grad(s),
         {"input_require_grads": True},
         lambda v: "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)",
+    ),
+    GuardRule(
+        "fsdp1-use-orig-params",
+        "F8",
+        lambda s, v: s.engine == "fsdp1" and not s.fsdp1_use_orig_params and s.fsdp1_wrap != "peft",
+        {"fsdp1_use_orig_params": True},
+        lambda v: "FSDP1 without use_orig_params refuses frozen and trainable parameters in one unit (F8)",
     ),
     GuardRule(
         "fsdp-uniform-dtypes",

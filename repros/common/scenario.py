@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ENGINES = ("deepspeed", "fsdp2", "ddp")
+ENGINES = ("deepspeed", "fsdp2", "ddp", "fsdp1")
+#: FSDP1 auto-wrap policies: each decoder layer a unit (``transformer_auto_wrap_policy``), the
+#: whole model one unit, or PEFT's ``fsdp_auto_wrap_policy`` (each LoRA layer a unit of its own).
+FSDP1_WRAPS = ("layer", "none", "peft")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``) or ``ddp``.
+    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``), ``ddp``, or
+    #: ``fsdp1`` (torch ``FullyShardedDataParallel``).
     engine: str = "deepspeed"
     zero_stage: int = 3
     bf16: bool = True
@@ -30,9 +34,21 @@ class Scenario:
     #: ``None``: call ``gradient_checkpointing_enable()`` with no arguments (the library's default).
     use_reentrant: bool | None = False
     use_cache: bool | None = None  # None: leave the model config's default
+    #: Enable checkpointing on the HF model before attaching the PEFT adapter (the usual recipe:
+    #: ``get_peft_model`` then makes the embedding output require grad itself) rather than after.
+    checkpointing_before_adapter: bool = False
     input_require_grads: bool = False
     #: FSDP2 only: also put the root module under the layers' mixed-precision policy.
     fsdp_root_mixed_precision: bool = False
+    #: DDP only: ``find_unused_parameters``. HF Trainer passes True for a PEFT model under
+    #: checkpointing (its "checkpointing: False" rule only looks at a ``PreTrainedModel``).
+    ddp_find_unused_parameters: bool = False
+    #: DDP only: ``static_graph=True``.
+    ddp_static_graph: bool = False
+    #: FSDP1 only: the auto-wrap policy (one of ``FSDP1_WRAPS``) and ``use_orig_params``
+    #: (False is FSDP1's default).
+    fsdp1_wrap: str = "layer"
+    fsdp1_use_orig_params: bool = False
     #: After training, sync the weights into an inference target (F4).
     sync_weights: bool = False
     merge_before_sync: bool = False
@@ -50,3 +66,5 @@ class Scenario:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; known: {ENGINES}")
+        if self.fsdp1_wrap not in FSDP1_WRAPS:
+            raise ValueError(f"unknown fsdp1_wrap {self.fsdp1_wrap!r}; known: {FSDP1_WRAPS}")
