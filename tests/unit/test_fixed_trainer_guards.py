@@ -8,6 +8,11 @@ from repros.common.guards import GUARDS, Guard, Versions, apply_guards, choose_g
 from repros.common.scenario import Scenario
 
 F1_SCENARIO = Scenario(zero_stage=3, gradient_checkpointing=True, use_reentrant=False)
+#: DDP as HF Trainer builds it for a PEFT model, checkpointing (library default) before the adapter.
+F6_SCENARIO = Scenario(
+    engine="ddp", use_reentrant=None, checkpointing_before_adapter=True, ddp_find_unused_parameters=True
+)
+F8_SCENARIO = Scenario(engine="fsdp1", gradient_checkpointing=False, fsdp1_wrap="layer")
 
 
 def versions(**found: str) -> Versions:
@@ -87,9 +92,45 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         Scenario(engine="fsdp2", adapter="dora"),
         Scenario(quantization="nf4", peft_wrapping="add_adapter", gradient_checkpointing=False),
         Scenario(sync_weights=True, gradient_checkpointing=False),
+        F6_SCENARIO,
+        F8_SCENARIO,
     ]
     for rule in GUARDS:
         where = [s for s in candidates if rule.applies(s, v)]
         assert where, f"{rule.id} applies in none of the scenarios"
         assert rule.reason(v)
         assert not rule.applies(apply_guards(where[0], [Guard(rule.id, "")]), v), rule.id
+
+
+def test_ddp_unused_parameter_search_under_reentrant_checkpointing_gets_a_static_graph() -> None:
+    v = versions(transformers="4.57.6")
+    guards = choose_guards(F6_SCENARIO, v)
+    # PEFT already made the embedding output require grad (checkpointing came first): no F5 guard.
+    assert ids(guards) == ["use-cache-off", "ddp-static-graph"]
+    effective = apply_guards(F6_SCENARIO, guards)
+    assert effective.ddp_static_graph and effective.ddp_find_unused_parameters and effective.use_reentrant is None
+
+
+def test_ddp_needs_no_f6_guard_where_checkpointing_is_non_reentrant_or_no_unused_search() -> None:
+    assert ids(choose_guards(F6_SCENARIO, versions(transformers="5.0.0"))) == ["use-cache-off"]
+    plain = Scenario(engine="ddp", use_reentrant=True, checkpointing_before_adapter=True)
+    assert "ddp-static-graph" not in ids(choose_guards(plain, versions(transformers="4.57.6")))
+
+
+def test_checkpointing_after_the_adapter_still_needs_input_grads() -> None:
+    after = Scenario(engine="ddp", use_reentrant=None, ddp_find_unused_parameters=True)
+    assert ids(choose_guards(after, versions(transformers="4.57.6"))) == [
+        "use-cache-off",
+        "ddp-static-graph",
+        "input-require-grads",
+    ]
+
+
+def test_fsdp1_mixed_units_keep_their_original_parameters() -> None:
+    v = versions(torch="2.13.0")
+    guards = choose_guards(F8_SCENARIO, v)
+    assert ids(guards) == ["fsdp1-use-orig-params"]
+    assert apply_guards(F8_SCENARIO, guards).fsdp1_use_orig_params is True
+    # PEFT's policy gives each LoRA layer a unit of its own: every unit is uniform already.
+    peft_units = Scenario(engine="fsdp1", gradient_checkpointing=False, fsdp1_wrap="peft")
+    assert choose_guards(peft_units, v) == []
