@@ -42,11 +42,13 @@ _ADAPTER_PART = re.compile(r"(?:^|\.)(?:lora_[A-Za-z_]+|lora_magnitude_vector|mo
 # 4.57.6 REPRODUCED (rank 0: "... with name base_model.model.model.layers.1.self_attn.v_proj.lora_B
 # .default.weight has been marked as ready twice"), 5.23.0 NOT_REPRODUCED, fixed PASS in both; then
 # bisect put the boundary at 5.0.0, whose gradient_checkpointing_enable() defaults to
-# use_reentrant=False (4.57.6: True). No torch boundary: torch 2.0.1 .. 2.14.1 all raise it under
-# reentrant checkpointing (plain torchrun runs; torch 2.0 names no parameter).
+# use_reentrant=False (4.57.6: True). No torch boundary: torch 2.0.1 (transformers 4.40.2, peft
+# 0.10.0) REPRODUCED too, naming no parameter, and plain torchrun runs saw it on every torch tried
+# (2.0.1, 2.1.2, 2.2.2, 2.4.1, 2.12.1, 2.13.0, 2.14.1).
 _ESTABLISHED = (
-    "python -m harness run --matrix M --repros F6, M = matrix.yaml's defaults with cells current and "
-    "transformers==4.57.6 (2026-11-23); then python -m harness bisect --repro F6 --mode bug --package "
+    "python -m harness run --matrix M --repros F6, M = matrix.yaml's defaults with cells current, "
+    "transformers==4.57.6, and torch==2.0.1 + transformers==4.40.2 + peft==0.10.0 + accelerate==0.29.3 without "
+    "deepspeed and bitsandbytes (2026-11-23); then python -m harness bisect --repro F6 --mode bug --package "
     "transformers --good 5.23.0 --bad 4.57.6 --cell tf4 -> first good: transformers==5.0.0 (7 steps, 472 s: "
     "4.57.6 REPRODUCED; 5.0.0, 5.1.0, 5.4.0, 5.5.4, 5.11.0, 5.23.0 NOT_REPRODUCED)"
 )

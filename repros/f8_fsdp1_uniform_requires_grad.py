@@ -30,7 +30,19 @@ _NEW = r"Must flatten tensors with uniform `requires_grad` when `use_orig_params
 #: torch 2.0 (``flat_param.py``: ``_init_flat_param``), before PR #98221.
 _OLD = r"`FlatParameter` requires uniform `requires_grad`"
 
-_ESTABLISHED = "TODO"
+# Established by running (2026-11-23, 2 ranks, gloo, CPU): torch 2.13.0 with transformers 5.23.0 and
+# 4.57.6 (peft 0.21.2) REPRODUCED, fixed PASS; torch 2.0.1 (transformers 4.40.2, peft 0.10.0) INFRA in
+# both modes: its FSDP1 asks CUDA for the compute device before it flattens anything ("Found no NVIDIA
+# driver on your system"), so torch 2.0's wording is matched from upstream reports only. No version
+# boundary to bisect: use_orig_params=False is FSDP1's default in every torch, and the check is by design.
+# Not run here: torch 2.1.x, whose FSDP1 on a CPU refuses at its lazy init ("Stream() takes no
+# arguments", seen by a plain torchrun run) after the constructor already raised F8.
+_ESTABLISHED = (
+    "python -m harness run --matrix M --repros F8, M = matrix.yaml's defaults with cells current, "
+    "transformers==4.57.6, and torch==2.0.1 + transformers==4.40.2 + peft==0.10.0 + accelerate==0.29.3 without "
+    "deepspeed and bitsandbytes (2026-11-23)"
+)
+_CPU_NOTE = "on CPU: torch 2.0's FSDP1 needs CUDA at construction (on a GPU runner this cell can run)"
 
 SPEC = ReproSpec(
     id="F8",
@@ -54,8 +66,14 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_ESTABLISHED),
-        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.INFRA, {"torch": "<2.1"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+        ),
+        Expectation("bug", Outcome.REPRODUCED, {"torch": ">=2.1"}, established_by=_ESTABLISHED),
+        Expectation(
+            "fixed", Outcome.INFRA, {"torch": "<2.1"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+        ),
+        Expectation("fixed", Outcome.PASS, {"torch": ">=2.2"}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
 )

@@ -3,8 +3,8 @@
 Recorded texts (tests/unit/recorded/):
 - ``f6_marked_ready_twice_torch-2.13.0_transformers-4.57.6``: rank 0's message in F6's bug mode
   (harness run, cell ``tf4``: torch 2.13.0 CPU, peft 0.21.2).
-- ``f6_marked_ready_twice_unnamed_torch-2.0.1_transformers-4.40.2``: the same scenario on torch
-  2.0.1 (plain torchrun, peft 0.10.0): torch 2.0 gives the index and no name.
+- ``f6_marked_ready_twice_unnamed_torch-2.0.1_transformers-4.40.2``: the same, cell
+  ``torch-2.0-tf4.40`` (peft 0.10.0): torch 2.0 gives the index and no name.
 - ``f8_uniform_requires_grad_torch-2.13.0_transformers-5.23.0``: F8's bug mode (cell ``current``).
 - ``f8_flatparameter_uniform_requires_grad_upstream_pytorch-104690``: torch 2.0's wording as
   reported upstream (pytorch/pytorch#104690, mosaicml/llm-foundry#414); FSDP1 of torch 2.0 needs
