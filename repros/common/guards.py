@@ -34,6 +34,20 @@ Guards (each recorded by id, with its reason, in the result):
 - ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
   names (F4); merge the adapters into the base (dequantizing first when quantized), load
   strictly, and check the logits against the trained model.
+- ``zero2-for-modules-to-save``: DeepSpeed before 0.19.3 cannot train PEFT ``modules_to_save``
+  under ZeRO-3 at all ("'Linear' object has no attribute 'ds_grads_remaining'" in the first
+  backward, DeepSpeed#7615; seen here on 0.18.0 and 0.19.2, not on 0.19.3); use ZeRO-2, which keeps
+  every parameter whole on every rank (more memory per rank).
+- ``zero3-gathered-save``: under ZeRO-3 every rank holds a shard of each parameter; a save that
+  does not gather them writes an empty adapter (transformers < 5's ``Trainer.save_model`` without
+  ``stage3_gather_16bit_weights_on_model_save``) or ``[0]``-shaped tensors (``save_pretrained`` on
+  rank 0) (F7), and peft 0.15.0 reads ``modules_to_save`` from the module itself even when handed
+  a gathered state dict (F9); save inside ``deepspeed.zero.GatheredParameters`` of the trainable
+  parameters instead.
+- ``resize-before-zero3-init``: transformers 4.43.0 .. 4.43.3 resizes the token embeddings of a
+  model ZeRO-3 partitioned as it loaded (``zero.Init``) into an embedding whose partitioned shape
+  keeps the old vocabulary (and ``config.vocab_size`` 0 with ``pad_to_multiple_of``) (F10); load
+  the model whole, resize, and let ``deepspeed.initialize`` partition it.
 """
 
 from __future__ import annotations
@@ -50,8 +64,14 @@ from repros.common.scenario import Scenario
 #: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
 #: frozen params"). Established by running F1 (see repros/f1_zero3_frozen_ckpt.py).
 DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
+#: First DeepSpeed release seen training PEFT modules_to_save under ZeRO-3 (0.18.0 and 0.19.2 fail
+#: with DeepSpeed#7615's AttributeError). Established by running F9 (repros/f9_modules_to_save_zero3.py).
+DEEPSPEED_Z3_MODULES_TO_SAVE_FIX = Version("0.19.3")
 #: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
 TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
+#: transformers releases whose resize_token_embeddings breaks under zero.Init (F10: from PR #31979
+#: to PR #32214). Established by running F10 (see repros/f10_resize_embeddings_zero3.py).
+TRANSFORMERS_ZERO3_RESIZE_BROKEN = (Version("4.43.0"), Version("4.43.4"))
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
@@ -69,7 +89,8 @@ class Guard:
 @dataclass(frozen=True)
 class GuardRule:
     id: str
-    #: The documented failure it works around (a repro id), or "" for hygiene.
+    #: The documented failure it works around (a repro id), or "" for hygiene and for a failure no
+    #: repro documents yet (its reason names the upstream report).
     works_around: str
     applies: Callable[[Scenario, Versions], bool]
     #: Scenario fields it sets.
@@ -127,6 +148,19 @@ def _peft_makes_inputs_require_grad(s: Scenario) -> bool:
         and s.lora_impl == "peft"
         and s.peft_wrapping == "peft_model"
         and not s.quantization
+    )
+
+
+def _zero3_resize_affected(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_ZERO3_RESIZE_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and s.add_tokens > 0
+        and transformers is not None
+        and low <= transformers < high
     )
 
 
@@ -190,6 +224,35 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda s, v: s.quantization == "nf4" and not s.bnb_no_repack,
         {"bnb_no_repack": True},
         lambda v: "bitsandbytes' CPU repacking of 4-bit weights corrupts dequantize/merge",
+    ),
+    GuardRule(
+        "resize-before-zero3-init",
+        "F10",
+        _zero3_resize_affected,
+        {"zero_init": False},
+        lambda v: f"transformers {v.get('transformers')} resizes embeddings partitioned by zero.Init to a stale "
+        "shape (F10, transformers PR #32214)",
+    ),
+    GuardRule(
+        "zero2-for-modules-to-save",
+        "",
+        lambda s, v: s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and bool(s.modules_to_save)
+        and v.get("deepspeed") is not None
+        and v["deepspeed"] < DEEPSPEED_Z3_MODULES_TO_SAVE_FIX,
+        {"zero_stage": 2},
+        lambda v: f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MODULES_TO_SAVE_FIX} cannot train modules_to_save "
+        "under ZeRO-3 "
+        "('ds_grads_remaining', DeepSpeed#7615)",
+    ),
+    GuardRule(
+        "zero3-gathered-save",
+        "F7",
+        lambda s, v: s.save_adapter and s.engine == "deepspeed" and s.zero_stage == 3 and s.save_method != "gathered",
+        {"save_method": "gathered"},
+        lambda v: "a ZeRO-3 save that does not gather the parameters writes empty or [0]-shaped adapters (F7; "
+        "peft 0.15.0's modules_to_save, F9)",
     ),
     GuardRule(
         "merge-before-sync",
