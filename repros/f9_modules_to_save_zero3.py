@@ -38,7 +38,9 @@ import re
 from repros.common.outcomes import Outcome
 from repros.common.spec import Expectation, ReproSpec, Signature
 
-_MISMATCH = re.compile(r"size mismatch for (?P<name>\S+): copying a param with shape (?P<shape>torch\.Size\(\[[^\]]*\]\))")
+_MISMATCH = re.compile(
+    r"size mismatch for (?P<name>\S+): copying a param with shape (?P<shape>torch\.Size\(\[[^\]]*\]\))"
+)
 
 # Established by running (2026-11-23, torch 2.13.0+cpu, 2 ranks, gloo): peft 0.15.0 with transformers
 # 4.57.6 and deepspeed 0.19.8 REPRODUCED (the LoRA tensors saved whole, embed_tokens and lm_head copies

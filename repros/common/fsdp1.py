@@ -133,5 +133,6 @@ def _grad_norms_flat(fsdp: Any, names: list[str]) -> dict[str, float | None]:
         dist.all_reduce(values)
         dist.all_reduce(has_grad)
     return {
-        name: (math.sqrt(v) if h > 0 else None) for name, v, h in zip(names, values.tolist(), has_grad.tolist())
+        name: (math.sqrt(v) if h > 0 else None)
+        for name, v, h in zip(names, values.tolist(), has_grad.tolist(), strict=True)
     }

@@ -91,7 +91,7 @@ class _GradientProbe:
         self.local = {}
         norms: dict[str, float | None] = {}
         offset = 0
-        for name, flag in zip(self.names, flags.tolist()):
+        for name, flag in zip(self.names, flags.tolist(), strict=True):
             numel = math.prod(self.shapes[name])
             norms[name] = float((flat[offset : offset + numel] / world).norm()) if flag > 0 else None
             offset += numel
