@@ -20,14 +20,17 @@ from typing import Any
 from repros.common.context import RankContext
 from repros.common.guards import Guard, apply_guards, checkpoints_reentrantly
 from repros.common.scenario import Scenario
-from repros.common.tiny_models import current_size, fixed_batch, tiny_qwen2
+from repros.common.tiny_models import VOCAB_SIZE, current_size, fixed_batch, tiny_qwen2
 
 # --------------------------------------------------------------------------- the model
 
 
-def build_model(scenario: Scenario) -> Any:
-    """The tiny base model with its adapters, checkpointing configured as the scenario says."""
-    if scenario.quantization:
+def build_model(scenario: Scenario, base: Any = None) -> Any:
+    """The tiny base model (or ``base``, already loaded) with its adapters, its vocabulary resized
+    and checkpointing configured as the scenario says."""
+    if base is not None:
+        model = base
+    elif scenario.quantization:
         from repros.common.quantized import load_quantized_tiny_qwen2
 
         model = load_quantized_tiny_qwen2(scenario.quantization, no_repack=scenario.bnb_no_repack)
@@ -35,6 +38,12 @@ def build_model(scenario: Scenario) -> Any:
         model = tiny_qwen2()
     if scenario.use_cache is not None:
         model.config.use_cache = scenario.use_cache
+    if scenario.add_tokens:
+        resize = {"pad_to_multiple_of": scenario.pad_to_multiple_of} if scenario.pad_to_multiple_of else {}
+        model.resize_token_embeddings(VOCAB_SIZE + scenario.add_tokens, **resize)
+    checkpointing_first = scenario.gradient_checkpointing and scenario.checkpointing_before_adapter
+    if checkpointing_first:
+        _enable_checkpointing(model, scenario)
     if scenario.lora_impl == "dschat":
         from repros.common.dschat_lora import convert_linear_layer_to_lora, only_optimize_lora_parameters
 
@@ -42,27 +51,39 @@ def build_model(scenario: Scenario) -> Any:
         model = only_optimize_lora_parameters(model)
     else:
         model = _attach_peft_adapter(model, scenario)
-    if scenario.gradient_checkpointing:
-        if scenario.use_reentrant is None:
-            model.gradient_checkpointing_enable()
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
+    if scenario.gradient_checkpointing and not checkpointing_first:
+        _enable_checkpointing(model, scenario)
     if scenario.input_require_grads:
         model.enable_input_require_grads()
     return model
 
 
-def _attach_peft_adapter(model: Any, scenario: Scenario) -> Any:
-    from peft import LoraConfig, get_peft_model
+def _enable_checkpointing(model: Any, scenario: Scenario) -> None:
+    if scenario.use_reentrant is None:
+        model.gradient_checkpointing_enable()
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
 
-    lora = LoraConfig(
+
+def lora_config(scenario: Scenario) -> Any:
+    from peft import LoraConfig
+
+    extra = {"modules_to_save": list(scenario.modules_to_save)} if scenario.modules_to_save else {}
+    return LoraConfig(
         r=scenario.lora_r,
         lora_alpha=scenario.lora_alpha,
         target_modules=list(scenario.target_modules),
         lora_dropout=0.0,
         use_dora=scenario.adapter == "dora",
         task_type="CAUSAL_LM",
+        **extra,
     )
+
+
+def _attach_peft_adapter(model: Any, scenario: Scenario) -> Any:
+    from peft import get_peft_model
+
+    lora = lora_config(scenario)
     if scenario.peft_wrapping == "add_adapter":
         model.add_adapter(lora)
         return model
@@ -81,7 +102,8 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
         "adapter": scenario.adapter,
         "lora_impl": scenario.lora_impl,
         "quantization": scenario.quantization,
-        "trainable_parameters": sum(p.numel() for _, p in adapter_parameters(model)),
+        # ``ds_numel``: a parameter ZeRO-3 partitioned while it loaded (zero.Init) has numel 0 here.
+        "trainable_parameters": sum(getattr(p, "ds_numel", p.numel()) for _, p in adapter_parameters(model)),
         "frozen_embedding": not any(p.requires_grad for p in embedding.parameters()),
         "checkpointing": (
             ("reentrant" if checkpoints_reentrantly(scenario) else "non-reentrant")
@@ -89,7 +111,27 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
             else "off"
         ),
         "input_require_grads": scenario.input_require_grads,
+        # Whatever set it (the scenario, or PEFT when checkpointing came before the adapter).
+        "embedding_output_requires_grad": _embedding_output_requires_grad(embedding),
+        "ddp_find_unused_parameters": scenario.ddp_find_unused_parameters if scenario.engine == "ddp" else None,
+        "fsdp1_use_orig_params": scenario.fsdp1_use_orig_params if scenario.engine == "fsdp1" else None,
+        "trainer_loop": scenario.trainer_loop,
+        "zero_init": scenario.zero_init,
+        "added_tokens": scenario.add_tokens,
+        "modules_to_save": list(scenario.modules_to_save),
     }
+
+
+def _embedding_output_requires_grad(embedding: Any) -> bool | None:
+    """Whether the embedding's output requires grad, forward hooks included (one token through it)."""
+    import torch
+
+    weight = embedding.weight
+    if getattr(weight, "ds_id", None) is not None or weight.numel() == 0:
+        return None  # partitioned by ZeRO-3 (zero.Init): only the engine can run it
+    with torch.enable_grad():
+        out = embedding(torch.zeros(1, 1, dtype=torch.long, device=weight.device))
+    return bool(out.requires_grad)
 
 
 def adapter_parameters(model: Any) -> list[tuple[str, Any]]:
@@ -109,6 +151,8 @@ class Trained:
     model: Any
     batch: Any
     losses: list[float] = field(default_factory=list)
+    #: The transformers ``Trainer`` that trained it (``trainer_loop="hf"``), else None.
+    hf_trainer: Any = None
 
 
 class _Engine:
@@ -137,6 +181,34 @@ class _Engine:
     def full_grad_norm(self, param: Any) -> float | None:
         return None if param.grad is None else float(param.grad.detach().float().norm())
 
+    # What the loop reads; an engine whose parameters are not the model's own overrides these.
+    def adapters(self) -> list[tuple[str, Any]]:
+        return adapter_parameters(self.model)
+
+    def full_params(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        return {name: self.full_param(p) for name, p in adapters}
+
+    def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
+        return {name: self.full_grad_norm(p) for name, p in adapters}
+
+
+def deepspeed_config(scenario: Scenario) -> dict[str, Any]:
+    """The DeepSpeed config of the own loop (the HF loop's is ``hf_trainer.trainer_deepspeed_config``)."""
+    zero: dict[str, Any] = {"stage": scenario.zero_stage}
+    if scenario.zero3_persistence_threshold is not None:
+        zero["stage3_param_persistence_threshold"] = scenario.zero3_persistence_threshold
+    if scenario.zero3_sub_group_size is not None:
+        zero["sub_group_size"] = scenario.zero3_sub_group_size
+    if scenario.zero3_gather_16bit_on_save:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        "train_micro_batch_size_per_gpu": scenario.batch_size,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": scenario.bf16},
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+    }
+
 
 class _DeepSpeedEngine(_Engine):
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
@@ -146,19 +218,7 @@ class _DeepSpeedEngine(_Engine):
         super().__init__(scenario, ctx, model)
         # A torch optimizer as the client optimizer: no fused/cpu Adam JIT build.
         optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
-        zero: dict[str, Any] = {"stage": scenario.zero_stage}
-        if scenario.zero3_persistence_threshold is not None:
-            zero["stage3_param_persistence_threshold"] = scenario.zero3_persistence_threshold
-        if scenario.zero3_sub_group_size is not None:
-            zero["sub_group_size"] = scenario.zero3_sub_group_size
-        config = {
-            "train_micro_batch_size_per_gpu": scenario.batch_size,
-            "gradient_accumulation_steps": 1,
-            "bf16": {"enabled": scenario.bf16},
-            "zero_optimization": zero,
-            "steps_per_print": 10**9,
-        }
-        self.wrapped, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        self.wrapped, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(scenario))
 
     def backward(self, loss: Any) -> None:
         self.wrapped.backward(loss)
@@ -198,8 +258,13 @@ class _DDPEngine(_AutocastEngine):
 
         super().__init__(scenario, ctx, model)
         model.to(ctx.device)
+        options: dict[str, Any] = {}
+        if scenario.ddp_find_unused_parameters:
+            options["find_unused_parameters"] = True
+        if scenario.ddp_static_graph:
+            options["static_graph"] = True
         self.wrapped = DistributedDataParallel(
-            model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None
+            model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None, **options
         )
         self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self._autocast = scenario.bf16
@@ -237,6 +302,38 @@ class _FSDP2Engine(_AutocastEngine):
         return float(full.detach().float().norm())
 
 
+class _FSDP1Engine(_AutocastEngine):
+    """torch's ``FullyShardedDataParallel`` wrapped as the scenario says (``fsdp1_wrap``,
+    ``fsdp1_use_orig_params``), CPU/CUDA autocast for bf16. Adapters are handled by name: with
+    ``use_orig_params=False`` the module's parameters are FSDP's flat parameters."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+
+        from repros.common.fsdp1 import wrap_fsdp1
+
+        super().__init__(scenario, ctx, model)
+        self._adapter_names = [name for name, _ in adapter_parameters(model)]
+        self.wrapped = wrap_fsdp1(model, scenario.fsdp1_wrap, scenario.fsdp1_use_orig_params, ctx.device)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.wrapped.parameters() if p.requires_grad], lr=scenario.learning_rate
+        )
+        self._autocast = scenario.bf16
+
+    def adapters(self) -> list[tuple[str, Any]]:
+        return [(name, name) for name in self._adapter_names]
+
+    def full_params(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        from repros.common.fsdp1 import full_params
+
+        return full_params(self.wrapped, [name for name, _ in adapters])
+
+    def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
+        from repros.common.fsdp1 import full_grad_norms
+
+        return full_grad_norms(self.wrapped, [name for name, _ in adapters])
+
+
 def _decoder_layers(model: Any) -> Iterator[Any]:
     for module in model.modules():
         if type(module).__name__.endswith("DecoderLayer"):
@@ -247,26 +344,69 @@ _ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
     "deepspeed": _DeepSpeedEngine,
     "fsdp2": _FSDP2Engine,
     "ddp": _DDPEngine,
+    "fsdp1": _FSDP1Engine,
 }
 
 
+def training_batch(scenario: Scenario, rank: int) -> Any:
+    """The rank's fixed batch; where the scenario says so, each row ends in the first added token."""
+    batch = fixed_batch(rank, scenario.batch_size, scenario.seq_len)
+    if scenario.add_tokens and scenario.batch_holds_added_token:
+        batch[:, -1] = VOCAB_SIZE
+    return batch
+
+
 def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
-    """Train ``scenario`` (with ``guards`` applied) for ``ctx.steps`` steps; facts go to ``ctx.facts``."""
+    """Train ``scenario`` (with ``guards`` applied) for ``ctx.steps`` steps; facts go to ``ctx.facts``.
+    Where the scenario loads its model from a checkpoint (``zero_init``, the HF loop) or saves the
+    adapter after training, the item gets a scratch directory with the base checkpoint in it."""
     size = current_size()
     effective = apply_guards(scenario, guards)
     effective = replace(
         effective, batch_size=effective.batch_size or size.batch_size, seq_len=effective.seq_len or size.seq_len
     )
     ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
-    model = build_model(effective)
+    if not (effective.save_adapter or effective.zero_init or effective.trainer_loop == "hf"):
+        return _train_own(effective, ctx)
+    from repros.common import adapter_io
+
+    with adapter_io.shared_workdir() as work:
+        base_dir = adapter_io.save_base_checkpoint(work)
+        if effective.trainer_loop == "hf":
+            from repros.common.hf_trainer import train_hf
+
+            trained = train_hf(effective, ctx, work, base_dir)
+        elif effective.zero_init:
+            with adapter_io.zero_init(deepspeed_config(effective)):
+                trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+        else:
+            trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+        if effective.save_adapter:
+            adapter_io.save_and_check(trained, effective, ctx, work, base_dir)
+        adapter_io.forget_zero_init()
+        if dist_initialized():
+            import torch.distributed as dist
+
+            dist.barrier()  # nobody leaves while rank 0 may still read the directory
+    return trained
+
+
+def dist_initialized() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _train_own(effective: Scenario, ctx: RankContext, base: Any = None) -> Trained:
+    model = build_model(effective, base=base)
     ctx.facts["scenario_facts"] = scenario_facts(effective, model)
     engine = _ENGINES[effective.engine](effective, ctx, model)
     # Read after wrapping: FSDP2 replaces each parameter with its sharded DTensor.
-    adapters = adapter_parameters(model)
-    batch = fixed_batch(ctx.rank, effective.batch_size, effective.seq_len).to(ctx.device)
+    adapters = engine.adapters()
+    batch = training_batch(effective, ctx.rank).to(ctx.device)
     ctx.facts["batch_shape"] = list(batch.shape)
 
-    before = {name: engine.full_param(p) for name, p in adapters}
+    before = engine.full_params(adapters)
     losses: list[float] = []
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
     engine.wrapped.train()
@@ -277,14 +417,14 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
         engine.backward(loss)
         ctx.meters.pause()
         # Gradient probes are collectives under ZeRO and FSDP: every rank takes them, untimed.
-        for name, param in adapters:
-            grad_norms[name].append(engine.full_grad_norm(param))
+        for name, norm in engine.full_grad_norms(adapters).items():
+            grad_norms[name].append(norm)
         ctx.meters.resume()
         engine.step()
         ctx.meters.pause()
         ctx.meters.end_step()
         losses.append(float(loss.detach().float()))
-    after = {name: engine.full_param(p) for name, p in adapters}
+    after = engine.full_params(adapters)
 
     ctx.facts["train"] = {
         "losses": [_json_number(v) for v in losses],

@@ -11,9 +11,17 @@ Guards (each recorded by id, with its reason, in the result):
 - ``zero3-reentrant-checkpointing``: ZeRO-3 with frozen base weights and non-reentrant
   checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to ``[0]``
   before torch checks the recompute (F1); checkpoint reentrantly instead.
+- ``ddp-static-graph``: DDP with ``find_unused_parameters=True`` under reentrant
+  checkpointing marks each checkpointed adapter ready once after the forward (unused: the
+  checkpoint hides it) and again in the recompute's backward (F6); declare the graph static
+  (``static_graph=True``), which keeps the user's checkpointing and unused-parameter search.
 - ``input-require-grads``: under reentrant checkpointing with a frozen embedding no
   checkpointed block's input requires grad, so the adapters inside get none (F5); make the
-  embedding output require grad.
+  embedding output require grad (not when PEFT did so itself: checkpointing enabled before
+  ``get_peft_model``).
+- ``fsdp1-use-orig-params``: FSDP1 with ``use_orig_params=False`` flattens each unit's
+  parameters into one and refuses frozen base weights and trainable adapters in one unit
+  (F8); keep the original parameters (``use_orig_params=True``, torch PR #98221).
 - ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
   checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
   cast fix (F2); put the root module under the same mixed-precision policy as the layers.
@@ -26,6 +34,20 @@ Guards (each recorded by id, with its reason, in the result):
 - ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
   names (F4); merge the adapters into the base (dequantizing first when quantized), load
   strictly, and check the logits against the trained model.
+- ``zero2-for-modules-to-save``: DeepSpeed before 0.19.3 cannot train PEFT ``modules_to_save``
+  under ZeRO-3 at all ("'Linear' object has no attribute 'ds_grads_remaining'" in the first
+  backward, DeepSpeed#7615; seen here on 0.18.0 and 0.19.2, not on 0.19.3); use ZeRO-2, which keeps
+  every parameter whole on every rank (more memory per rank).
+- ``zero3-gathered-save``: under ZeRO-3 every rank holds a shard of each parameter; a save that
+  does not gather them writes an empty adapter (transformers < 5's ``Trainer.save_model`` without
+  ``stage3_gather_16bit_weights_on_model_save``) or ``[0]``-shaped tensors (``save_pretrained`` on
+  rank 0) (F7), and peft 0.15.0 reads ``modules_to_save`` from the module itself even when handed
+  a gathered state dict (F9); save inside ``deepspeed.zero.GatheredParameters`` of the trainable
+  parameters instead.
+- ``resize-before-zero3-init``: transformers 4.43.0 .. 4.43.3 resizes the token embeddings of a
+  model ZeRO-3 partitioned as it loaded (``zero.Init``) into an embedding whose partitioned shape
+  keeps the old vocabulary (and ``config.vocab_size`` 0 with ``pad_to_multiple_of``) (F10); load
+  the model whole, resize, and let ``deepspeed.initialize`` partition it.
 """
 
 from __future__ import annotations
@@ -42,8 +64,14 @@ from repros.common.scenario import Scenario
 #: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
 #: frozen params"). Established by running F1 (see repros/f1_zero3_frozen_ckpt.py).
 DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
+#: First DeepSpeed release seen training PEFT modules_to_save under ZeRO-3 (0.18.0 and 0.19.2 fail
+#: with DeepSpeed#7615's AttributeError). Established by running F9 (repros/f9_modules_to_save_zero3.py).
+DEEPSPEED_Z3_MODULES_TO_SAVE_FIX = Version("0.19.3")
 #: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
 TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
+#: transformers releases whose resize_token_embeddings breaks under zero.Init (F10: from PR #31979
+#: to PR #32214). Established by running F10 (see repros/f10_resize_embeddings_zero3.py).
+TRANSFORMERS_ZERO3_RESIZE_BROKEN = (Version("4.43.0"), Version("4.43.4"))
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
@@ -61,7 +89,8 @@ class Guard:
 @dataclass(frozen=True)
 class GuardRule:
     id: str
-    #: The documented failure it works around (a repro id), or "" for hygiene.
+    #: The documented failure it works around (a repro id), or "" for hygiene and for a failure no
+    #: repro documents yet (its reason names the upstream report).
     works_around: str
     applies: Callable[[Scenario, Versions], bool]
     #: Scenario fields it sets.
@@ -101,6 +130,40 @@ def _zero3_frozen_ckpt_affected(s: Scenario, v: Versions) -> bool:
     )
 
 
+def _ddp_reentrant_unused_search(s: Scenario, v: Versions) -> bool:
+    return (
+        s.engine == "ddp"
+        and s.ddp_find_unused_parameters
+        and not s.ddp_static_graph
+        and checkpoints_reentrantly(s, v)
+    )
+
+
+def _peft_makes_inputs_require_grad(s: Scenario) -> bool:
+    """``get_peft_model`` on a model already checkpointing calls ``enable_input_require_grads``
+    itself (unquantized models; PEFT's ``_prepare_model_for_gradient_checkpointing``)."""
+    return (
+        s.gradient_checkpointing
+        and s.checkpointing_before_adapter
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.quantization
+    )
+
+
+def _zero3_resize_affected(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_ZERO3_RESIZE_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and s.add_tokens > 0
+        and transformers is not None
+        and low <= transformers < high
+    )
+
+
 GUARDS: tuple[GuardRule, ...] = (
     GuardRule(
         "use-cache-off",
@@ -118,11 +181,28 @@ GUARDS: tuple[GuardRule, ...] = (
         "during non-reentrant recompute (F1, DeepSpeed PR #8148)",
     ),
     GuardRule(
+        "ddp-static-graph",
+        "F6",
+        _ddp_reentrant_unused_search,
+        {"ddp_static_graph": True},
+        lambda v: "DDP's unused-parameter search marks adapters under reentrant checkpointing ready twice (F6)",
+    ),
+    GuardRule(
         "input-require-grads",
         "F5",
-        lambda s, v: s.gradient_checkpointing and checkpoints_reentrantly(s, v) and not s.input_require_grads,
+        lambda s, v: s.gradient_checkpointing
+        and checkpoints_reentrantly(s, v)
+        and not s.input_require_grads
+        and not _peft_makes_inputs_require_grad(s),
         {"input_require_grads": True},
         lambda v: "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)",
+    ),
+    GuardRule(
+        "fsdp1-use-orig-params",
+        "F8",
+        lambda s, v: s.engine == "fsdp1" and not s.fsdp1_use_orig_params and s.fsdp1_wrap != "peft",
+        {"fsdp1_use_orig_params": True},
+        lambda v: "FSDP1 without use_orig_params refuses frozen and trainable parameters in one unit (F8)",
     ),
     GuardRule(
         "fsdp-uniform-dtypes",
@@ -144,6 +224,35 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda s, v: s.quantization == "nf4" and not s.bnb_no_repack,
         {"bnb_no_repack": True},
         lambda v: "bitsandbytes' CPU repacking of 4-bit weights corrupts dequantize/merge",
+    ),
+    GuardRule(
+        "resize-before-zero3-init",
+        "F10",
+        _zero3_resize_affected,
+        {"zero_init": False},
+        lambda v: f"transformers {v.get('transformers')} resizes embeddings partitioned by zero.Init to a stale "
+        "shape (F10, transformers PR #32214)",
+    ),
+    GuardRule(
+        "zero2-for-modules-to-save",
+        "",
+        lambda s, v: s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and bool(s.modules_to_save)
+        and v.get("deepspeed") is not None
+        and v["deepspeed"] < DEEPSPEED_Z3_MODULES_TO_SAVE_FIX,
+        {"zero_stage": 2},
+        lambda v: f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MODULES_TO_SAVE_FIX} cannot train modules_to_save "
+        "under ZeRO-3 "
+        "('ds_grads_remaining', DeepSpeed#7615)",
+    ),
+    GuardRule(
+        "zero3-gathered-save",
+        "F7",
+        lambda s, v: s.save_adapter and s.engine == "deepspeed" and s.zero_stage == 3 and s.save_method != "gathered",
+        {"save_method": "gathered"},
+        lambda v: "a ZeRO-3 save that does not gather the parameters writes empty or [0]-shaped adapters (F7; "
+        "peft 0.15.0's modules_to_save, F9)",
     ),
     GuardRule(
         "merge-before-sync",

@@ -86,7 +86,7 @@ def test_every_observation_matches_its_expectation(ci_run) -> None:
 def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> None:
     _, records, _, _ = ci_run
     fixed = [r for r in ran(records) if r["mode"] == "fixed"]
-    assert {r["repro"] for r in fixed} == {"F1", "F2", "F3", "F4", "F5"}
+    assert {r["repro"] for r in fixed} == {f"F{i}" for i in range(1, 11)}
     assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
     for r in fixed:
         assert r["losses"][-1] < r["losses"][0]
@@ -99,6 +99,15 @@ def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> N
     }
     assert "merge-before-sync" in {
         g["id"] for g in find(records, "F4", "fixed", transformers="5.23.0", deepspeed="0.19.8")["guards"]
+    }
+    assert "ddp-static-graph" in {g["id"] for g in find(records, "F6", "fixed", transformers="4.57.6")["guards"]}
+    assert "zero3-gathered-save" in {g["id"] for g in find(records, "F7", "fixed", transformers="4.57.6")["guards"]}
+    assert "fsdp1-use-orig-params" in {g["id"] for g in find(records, "F8", "fixed", transformers="5.23.0")["guards"]}
+    assert "zero2-for-modules-to-save" in {
+        g["id"] for g in find(records, "F9", "fixed", transformers="5.23.0", deepspeed="0.19.2")["guards"]
+    }
+    assert "resize-before-zero3-init" in {
+        g["id"] for g in find(records, "F10", "fixed", transformers="4.43.0")["guards"]
     }
 
 
@@ -123,6 +132,23 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
     )
     assert find(records, "F5", "bug", transformers="4.57.6", deepspeed="0.18.0")["signature"] == "F5.no-grad-fn"
     assert find(records, "F5", "bug", transformers="5.23.0", deepspeed="0.19.8")["outcome"] == "NOT_REPRODUCED"
+    assert find(records, "F6", "bug", transformers="4.57.6")["signature"] == "F6.marked-ready-twice"
+    assert find(records, "F6", "bug", transformers="5.23.0")["outcome"] == "NOT_REPRODUCED"
+    f7 = find(records, "F7", "bug", transformers="4.57.6", deepspeed="0.19.8", peft="0.21.2")
+    assert f7["signature"] == "F7.reloaded-adapter-differs", log
+    assert find(records, "F7", "bug", transformers="5.23.0", deepspeed="0.19.8")["outcome"] == "NOT_REPRODUCED"
+    assert {r["signature"] for r in ran(records) if r["repro"] == "F8" and r["mode"] == "bug"} == {
+        "F8.uniform-requires-grad"
+    }
+    assert find(records, "F9", "bug", peft="0.15.0")["signature"] == "F9.modules-to-save-shape-0", log
+    assert find(records, "F9", "bug", peft="0.21.2", transformers="4.57.6", deepspeed="0.19.8")["outcome"] == (
+        "NOT_REPRODUCED"
+    )
+    # DeepSpeed#7615 stops modules_to_save training on deepspeed < 0.19.3 before anything is saved.
+    assert find(records, "F9", "bug", deepspeed="0.19.2")["outcome"] == "DIFFERENT_ERROR"
+    assert find(records, "F10", "bug", transformers="4.43.0")["signature"] == "F10.vocab-size-0", log
+    elsewhere = [r for r in ran(records) if r["repro"] == "F10" and r["versions"]["transformers"] != "4.43.0"]
+    assert {r["outcome"] for r in elsewhere if r["mode"] == "bug"} == {"NOT_REPRODUCED"}
 
 
 def test_records_carry_metrics_and_a_rerun_command(ci_run) -> None:
@@ -185,4 +211,4 @@ def test_the_run_writes_junit_xml_with_a_testcase_per_item(ci_run) -> None:
     suite = next(iter(JUnitXml.fromfile(str(out / "junit.xml"))))
     run = json.loads((out / "run.json").read_text())
     assert suite.tests == len(records) + len(run["excluded"])
-    assert suite.failures == 2 * 5  # the unresolvable cell's items: five repros, two modes
+    assert suite.failures == 2 * 10  # the unresolvable cell's items: ten repros, two modes

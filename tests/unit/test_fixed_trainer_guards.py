@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import pytest
 from packaging.version import Version
 
 from repros.common.guards import GUARDS, Guard, Versions, apply_guards, choose_guards
 from repros.common.scenario import Scenario
 
 F1_SCENARIO = Scenario(zero_stage=3, gradient_checkpointing=True, use_reentrant=False)
+#: DDP as HF Trainer builds it for a PEFT model, checkpointing (library default) before the adapter.
+F6_SCENARIO = Scenario(
+    engine="ddp", use_reentrant=None, checkpointing_before_adapter=True, ddp_find_unused_parameters=True
+)
+F8_SCENARIO = Scenario(engine="fsdp1", gradient_checkpointing=False, fsdp1_wrap="layer")
+#: Saved by HF Trainer under ZeRO-3 (F7), with modules_to_save and the 16-bit gather on (F9).
+F7_SCENARIO = Scenario(gradient_checkpointing=False, trainer_loop="hf", zero_init=True, save_adapter=True)
+F9_SCENARIO = Scenario(
+    gradient_checkpointing=False,
+    trainer_loop="hf",
+    zero_init=True,
+    save_adapter=True,
+    zero3_gather_16bit_on_save=True,
+    modules_to_save=("embed_tokens", "lm_head"),
+)
+F10_SCENARIO = Scenario(gradient_checkpointing=False, zero_init=True, add_tokens=1, pad_to_multiple_of=64)
 
 
 def versions(**found: str) -> Versions:
@@ -82,14 +99,85 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
     assert len({rule.id for rule in GUARDS}) == len(GUARDS)
     v = versions(deepspeed="0.19.2", transformers="4.57.6")
     candidates = [
-        F1_SCENARIO,
-        Scenario(zero_stage=2, lora_impl="dschat", use_reentrant=None),
-        Scenario(engine="fsdp2", adapter="dora"),
-        Scenario(quantization="nf4", peft_wrapping="add_adapter", gradient_checkpointing=False),
-        Scenario(sync_weights=True, gradient_checkpointing=False),
+        (F1_SCENARIO, v),
+        (Scenario(zero_stage=2, lora_impl="dschat", use_reentrant=None), v),
+        (Scenario(engine="fsdp2", adapter="dora"), v),
+        (Scenario(quantization="nf4", peft_wrapping="add_adapter", gradient_checkpointing=False), v),
+        (Scenario(sync_weights=True, gradient_checkpointing=False), v),
+        (F6_SCENARIO, v),
+        (F8_SCENARIO, v),
+        (F7_SCENARIO, v),
+        (F10_SCENARIO, versions(deepspeed="0.19.8", transformers="4.43.0")),
+        (F9_SCENARIO, v),
     ]
     for rule in GUARDS:
-        where = [s for s in candidates if rule.applies(s, v)]
+        where = [(s, at) for s, at in candidates if rule.applies(s, at)]
         assert where, f"{rule.id} applies in none of the scenarios"
-        assert rule.reason(v)
-        assert not rule.applies(apply_guards(where[0], [Guard(rule.id, "")]), v), rule.id
+        scenario, at = where[0]
+        assert rule.reason(at)
+        assert not rule.applies(apply_guards(scenario, [Guard(rule.id, "")]), at), rule.id
+
+
+def test_ddp_unused_parameter_search_under_reentrant_checkpointing_gets_a_static_graph() -> None:
+    v = versions(transformers="4.57.6")
+    guards = choose_guards(F6_SCENARIO, v)
+    # PEFT already made the embedding output require grad (checkpointing came first): no F5 guard.
+    assert ids(guards) == ["use-cache-off", "ddp-static-graph"]
+    effective = apply_guards(F6_SCENARIO, guards)
+    assert effective.ddp_static_graph and effective.ddp_find_unused_parameters and effective.use_reentrant is None
+
+
+def test_ddp_needs_no_f6_guard_where_checkpointing_is_non_reentrant_or_no_unused_search() -> None:
+    assert ids(choose_guards(F6_SCENARIO, versions(transformers="5.0.0"))) == ["use-cache-off"]
+    plain = Scenario(engine="ddp", use_reentrant=True, checkpointing_before_adapter=True)
+    assert "ddp-static-graph" not in ids(choose_guards(plain, versions(transformers="4.57.6")))
+
+
+def test_checkpointing_after_the_adapter_still_needs_input_grads() -> None:
+    after = Scenario(engine="ddp", use_reentrant=None, ddp_find_unused_parameters=True)
+    assert ids(choose_guards(after, versions(transformers="4.57.6"))) == [
+        "use-cache-off",
+        "ddp-static-graph",
+        "input-require-grads",
+    ]
+
+
+def test_fsdp1_mixed_units_keep_their_original_parameters() -> None:
+    v = versions(torch="2.13.0")
+    guards = choose_guards(F8_SCENARIO, v)
+    assert ids(guards) == ["fsdp1-use-orig-params"]
+    assert apply_guards(F8_SCENARIO, guards).fsdp1_use_orig_params is True
+    # PEFT's policy gives each LoRA layer a unit of its own: every unit is uniform already.
+    peft_units = Scenario(engine="fsdp1", gradient_checkpointing=False, fsdp1_wrap="peft")
+    assert choose_guards(peft_units, v) == []
+
+
+def test_a_zero3_save_is_gathered_whoever_drives_the_loop() -> None:
+    v = versions(deepspeed="0.19.8", transformers="4.57.6")
+    for scenario in (F7_SCENARIO, F9_SCENARIO, Scenario(gradient_checkpointing=False, save_adapter=True)):
+        guards = choose_guards(scenario, v)
+        assert ids(guards) == ["zero3-gathered-save"]
+        assert apply_guards(scenario, guards).save_method == "gathered"
+    # ZeRO-2 keeps whole parameters on every rank: nothing to gather.
+    assert choose_guards(Scenario(zero_stage=2, gradient_checkpointing=False, save_adapter=True), v) == []
+
+
+@pytest.mark.parametrize(
+    "transformers, guarded",
+    [("4.42.4", False), ("4.43.0", True), ("4.43.3", True), ("4.43.4", False), ("5.23.0", False)],
+)
+def test_resize_under_zero_init_is_moved_before_partitioning_where_transformers_breaks_it(
+    transformers: str, guarded: bool
+) -> None:
+    guards = choose_guards(F10_SCENARIO, versions(deepspeed="0.19.8", transformers=transformers))
+    assert ("resize-before-zero3-init" in ids(guards)) is guarded
+    assert apply_guards(F10_SCENARIO, guards).zero_init is not guarded
+
+
+def test_modules_to_save_under_zero3_falls_back_to_zero2_on_deepspeed_before_0_19_3() -> None:
+    old = choose_guards(F9_SCENARIO, versions(deepspeed="0.19.2", transformers="4.57.6"))
+    # Under ZeRO-2 every parameter is whole on every rank: the gathered save is not needed either.
+    assert ids(old) == ["zero2-for-modules-to-save"]
+    assert apply_guards(F9_SCENARIO, old).zero_stage == 2
+    new = choose_guards(F9_SCENARIO, versions(deepspeed="0.19.3", transformers="4.57.6"))
+    assert ids(new) == ["zero3-gathered-save"]
