@@ -10,6 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from harness import reruns
 from harness.environments import Environment, Environments, Resolved
 from harness.launchers import Launcher, kill_in_flight
 from harness.observe import observe_item
@@ -75,23 +76,32 @@ class Dispatch:
             self.collect(block=False)
 
     def _observe(self, item: PlannedItem, resolved: Resolved) -> ItemRecord | None:
+        """The item's record; with ``--reruns``, after running it again while it contradicts its
+        expectation (``harness/reruns.py``), every attempt kept."""
+        earlier: list[dict[str, Any]] = []
         with self.slots.hold(Demand.for_item(item.world_size, self.machine)) as gpus:
-            if self.stop.is_set():
-                return None
-            return observe_item(
-                run_id=self.run_id,
-                item=item,
-                repro=(
-                    self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id]
-                ),
-                resolved=resolved,
-                run_dir=self.run_dir,
-                launcher=self.launcher,
-                repro_cmd=repro_command(self.opts, item),
-                gpus=gpus,
-                environments=self.environments,
-                known=self.known,
-            )
+            while True:
+                if self.stop.is_set():
+                    return None
+                record = self._observe_once(item, resolved, gpus)
+                if len(earlier) >= self.opts.reruns or not reruns.contradicts_expectation(record):
+                    return reruns.with_attempts(record, earlier)
+                kept = reruns.set_aside(self.run_dir.item_dir(item.id), len(earlier) + 1)
+                earlier.append(reruns.attempt_summary(record, kept))
+
+    def _observe_once(self, item: PlannedItem, resolved: Resolved, gpus: list[str]) -> ItemRecord:
+        return observe_item(
+            run_id=self.run_id,
+            item=item,
+            repro=self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id],
+            resolved=resolved,
+            run_dir=self.run_dir,
+            launcher=self.launcher,
+            repro_cmd=repro_command(self.opts, item),
+            gpus=gpus,
+            environments=self.environments,
+            known=self.known,
+        )
 
     def collect(self, block: bool) -> None:
         done, _ = wait(self.pending, timeout=0.2 if block else 0, return_when=FIRST_COMPLETED)

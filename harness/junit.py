@@ -2,7 +2,9 @@
 
 classname is the cell, name is ``repro/mode``; an item fails when its observation
 did not match its expectation, the failure carrying the outcome, the signature or
-error type, and the message; excluded items are skipped with their reason.
+error type, and the message; excluded items are skipped with their reason. An item run again
+(``--reruns``) carries its earlier attempts as surefire's ``flakyFailure`` (it matched on a rerun)
+or ``rerunFailure`` (it never did) elements, which Jenkins and GitLab show as flaky.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+from junitparser import Failure, JUnitXml, Skipped, TestSuite
+from junitparser.xunit2 import FlakyFailure, RerunFailure, TestCase
 
 from harness.records import ItemRecord, counts_against
 from harness.terminal import plain
@@ -31,6 +34,14 @@ def _case(record: ItemRecord) -> TestCase:
     case = TestCase(
         _text(f"{record['repro']}/{record['mode']}"), classname=_text(record["cell"]), time=record.get("wall_s") or 0.0
     )
+    for attempt in record.get("attempts") or []:
+        kind = FlakyFailure if record.get("matched") else RerunFailure
+        interim = kind(
+            _text(f"observed {attempt['outcome']}, expected {record.get('expected')}"),
+            _text(attempt.get("signature") or attempt.get("error_type")),
+        )
+        interim.text = _text(f"{attempt.get('error_type')}: {attempt.get('message')}\nkept in {attempt.get('item_dir')}")
+        case.add_interim_result(interim)
     if not counts_against(record):
         return case  # matched, or an explored item's finding
     error = record.get("error") or {}

@@ -69,7 +69,7 @@ def _whole_number(flag: str) -> Callable[[str], int]:
         except ValueError:
             number = -1
         if number < 0:
-            raise argparse.ArgumentTypeError(f"{flag} takes a whole number (0: as many as fit), not {value!r}")
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number (0 or more), not {value!r}")
         return number
 
     return parse
@@ -96,6 +96,9 @@ OPTIONS: dict[str, Option] = {
                choices=tuple(LAUNCHERS), pytest_flags=("--repro-launcher",)),
         Option("jobs", ("--jobs",), "run up to N items at once where the cores, memory and GPUs allow it "
                "(default 1; 0: as many as fit)", kind="int", metavar="N"),
+        Option("reruns", ("--reruns",), "run an item again, up to N times, while its outcome contradicts its "
+               "expectation; every attempt is kept, and one that matches on a rerun is reported flaky (default 0)",
+               kind="int", metavar="N"),
         Option("reports_dir", ("--reports-dir",), "where run directories go (default: reports)", kind="path",
                default=lambda: Path("reports")),
         Option("model", ("--model",), "the test model's size for every selected cell: tiny (correctness) or small "
@@ -196,6 +199,7 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -
     fields["model"] = values.get("model")
     fields["launcher"] = values.get("launcher") or default_launcher()
     fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
+    fields["reruns"] = values.get("reruns") or 0
     if values.get("reports_dir") is not None:
         fields["reports_dir"] = values["reports_dir"]
     fields.update(more)

@@ -77,6 +77,7 @@ def options_record(opts: RunOptions) -> dict[str, Any]:
         "reports_dir": str(opts.reports_dir),
         "launcher": opts.launcher,
         "jobs": opts.jobs,
+        "reruns": opts.reruns,
         "model": opts.model,
         "explore": opts.explore,
     }
@@ -130,6 +131,9 @@ def progress_line(record: ItemRecord) -> str:
     """One line per finished item: outcome against expectation, time, and the error."""
     if record["matched"]:
         mark, against = "✓", f"expected {record['expected']}"
+        if record.get("flaky"):
+            first = record["attempts"][0]["outcome"]
+            against += f"; flaky: {first} first, matched on attempt {len(record['attempts']) + 1}"
     elif is_finding(record):
         mark, against = "·", "explored" + (f", expected {record['expected']}" if record.get("expected") else "")
     elif record["expected"] is None:

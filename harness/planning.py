@@ -42,6 +42,10 @@ class RunOptions:
     launcher: str = "worker"
     #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
     jobs: int = 1
+    #: Run an item again, up to this many times, while its outcome contradicts its expectation
+    #: (``--reruns``): a race upstream (ZeRO-3's gloo gathers before deepspeed 0.19.8) is told from
+    #: a regression, every attempt kept.
+    reruns: int = 0
     #: The test model's size for every selected cell (``--model``), over the cells' own.
     model: str | None = None
     #: Explore (``--explore``): every item's observation is a finding, not checked against an

@@ -130,6 +130,10 @@ class ItemRecord(TypedDict, total=False):
     #: ``grid``: the combination this item ran, axis -> value.
     scenario: dict[str, str]
     wall_s: Required[float]
+    #: ``--reruns``: the earlier attempts of this item (outcome, signature, error, their directory),
+    #: and whether a rerun matched the expectation the first attempt contradicted.
+    attempts: list[dict[str, Any]]
+    flaky: bool
     error: Required[ErrorSummary | None]
     reasons: Required[list[str]]
     guards: Required[list[dict[str, str]]]

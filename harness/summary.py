@@ -41,6 +41,8 @@ def entry_text(rec: ItemRecord) -> Text:
     text = Text(rec["outcome"], style=style)
     if matched:
         text.append(" ✓", style="green")
+        if rec.get("flaky"):
+            text.append(f" flaky ({rec['attempts'][0]['outcome']} first)", style="yellow")
     elif finding:
         text.append(" · explored", style="cyan")
     elif rec["outcome"] == Outcome.UNRESOLVABLE:

@@ -74,9 +74,11 @@ write_rank_record(args.item_dir, rank, record)
 sys.exit(code)
 """
 
-#: A repro for the stand-in stack: ``BEHAVIOUR`` is "raise" (the signature), "clean" or "other".
+#: A repro for the stand-in stack: ``BEHAVIOUR`` is "raise" (the signature), "clean", "other", or
+#: "flaky" ("other" the first time each rank runs it, from the repro's directory, then "raise").
 REPRO = """
 import time
+from pathlib import Path
 from repros.common.spec import Expectation, ReproSpec, Signature
 
 SPEC = ReproSpec(
@@ -92,9 +94,14 @@ SPEC = ReproSpec(
 
 def run(ctx):
     time.sleep({sleep!r})
-    if {behaviour!r} == "raise":
+    behaviour = {behaviour!r}
+    if behaviour == "flaky":
+        ran = Path(__file__).with_name(".{id}.rank%d.ran" % ctx.rank)
+        behaviour = "raise" if ran.exists() else "other"
+        ran.touch()
+    if behaviour == "raise":
         raise ValueError("the documented symptom, on rank %d" % ctx.rank)
-    if {behaviour!r} == "other":
+    if behaviour == "other":
         raise KeyError("something else")
 """
 

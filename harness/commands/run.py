@@ -60,7 +60,7 @@ class RunCommand(Command):
             type=Path,
             metavar="DIR",
             help="finish an interrupted run: plan it as it was and run only the items DIR has no record of "
-            "(--launcher and --jobs may be given again; the selection may not)",
+            "(--launcher, --jobs and --reruns may be given again; the selection may not)",
         )
         options.add_cli_options(parser, ("cache_dir",))
         parser.add_argument(
@@ -70,7 +70,7 @@ class RunCommand(Command):
             metavar="PKG==VER",
             help="pin a package over the selected cells' own spec (repeatable)",
         )
-        options.add_cli_options(parser, ("launcher", "jobs", "model"))
+        options.add_cli_options(parser, ("launcher", "jobs", "reruns", "model"))
         parser.add_argument(
             "--shard",
             metavar="I/N",
@@ -144,6 +144,7 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
         }
         values["launcher"] = args.launcher or stored.get("launcher")
         values["jobs"] = args.jobs if args.jobs is not None else int(stored.get("jobs", 1))
+        values["reruns"] = args.reruns if args.reruns is not None else int(stored.get("reruns", 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(run_dir.meta_path, "options", f"is incomplete ({exc})", "start a new run instead") from None
     return options.selection(values, **more)
