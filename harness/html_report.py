@@ -106,7 +106,8 @@ def verdict(record: ItemRecord) -> str:
     """What the ✓/·/✗ means for this record, in words."""
     if record.get("matched"):
         if record.get("flaky"):
-            return f"matches its expectation on attempt {len(record['attempts']) + 1} (flaky: {record['attempts'][0]['outcome']} first)"
+            attempts = record["attempts"]
+            return f"matches its expectation on attempt {len(attempts) + 1} (flaky: {attempts[0]['outcome']} first)"
         return "matches its expectation"
     if is_finding(record):
         return "explored: what it observed is the finding"

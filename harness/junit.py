@@ -40,7 +40,9 @@ def _case(record: ItemRecord) -> TestCase:
             _text(f"observed {attempt['outcome']}, expected {record.get('expected')}"),
             _text(attempt.get("signature") or attempt.get("error_type")),
         )
-        interim.text = _text(f"{attempt.get('error_type')}: {attempt.get('message')}\nkept in {attempt.get('item_dir')}")
+        interim.text = _text(
+            f"{attempt.get('error_type')}: {attempt.get('message')}\nkept in {attempt.get('item_dir')}"
+        )
         case.add_interim_result(interim)
     if not counts_against(record):
         return case  # matched, or an explored item's finding
