@@ -65,6 +65,9 @@ class GridExpectation(Rule):
     signature: str | None = None
     versions: Mapping[str, str] = field(default_factory=dict)
     established_by: str = ""
+    #: Only on this device kind (``cpu``, ``cuda``): an outcome that depends on it (bitsandbytes
+    #: refusing to quantize on a CPU under old transformers); ``None``: on any.
+    device: str | None = None
 
     def names(self, signature: str | None) -> bool:
         """Whether ``signature`` is the one expected: the rule's exact signature
@@ -73,8 +76,12 @@ class GridExpectation(Rule):
             return True
         return signature is not None and (signature == self.signature or signature.startswith(self.signature + "."))
 
-    def holds(self, combination: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
+    def holds(
+        self, combination: Mapping[str, str], versions: Mapping[str, str | None], device: str | None = None
+    ) -> bool:
         if not self.covers(combination):
+            return False
+        if self.device is not None and device is not None and device != self.device:
             return False
         for package, spec in self.versions.items():
             installed = versions.get(package)
@@ -97,8 +104,10 @@ class Grid:
     def excluded(self, combination: Mapping[str, str]) -> Exclusion | None:
         return next((e for e in self.exclude if e.covers(combination)), None)
 
-    def expectation(self, combination: Mapping[str, str], versions: Mapping[str, str | None]) -> GridExpectation | None:
-        return next((e for e in self.expect if e.holds(combination, versions)), None)
+    def expectation(
+        self, combination: Mapping[str, str], versions: Mapping[str, str | None], device: str | None = None
+    ) -> GridExpectation | None:
+        return next((e for e in self.expect if e.holds(combination, versions, device)), None)
 
 
 def _values(path: Path, where: str, axis: str, value: Any) -> tuple[str, ...]:
@@ -160,6 +169,10 @@ def load_grid(path: Path, raw: Mapping[str, Any] | None, lanes: Iterable[str]) -
             except InvalidSpecifier:
                 raise UserError(path, f"{where}.versions.{package}", f"{spec!r} is not a version specifier",
                                 "write it like '<0.19.3'") from None
+        device = rule.get("device")
+        if device is not None and device not in DEVICES:
+            raise UserError(path, f"{where}.device", f"{device!r} is not a device kind",
+                            f"use one of: {', '.join(DEVICES)}")
         expect.append(
             GridExpectation(
                 match=_rule(path, where, rule.get("combination") or {}, ()),
@@ -167,6 +180,7 @@ def load_grid(path: Path, raw: Mapping[str, Any] | None, lanes: Iterable[str]) -
                 signature=rule.get("signature"),
                 versions=versions,
                 established_by=str(rule.get("established_by") or ""),
+                device=device,
             )
         )
     return Grid(axes=axes, coverage=coverage, include=tuple(include), exclude=tuple(exclude), expect=tuple(expect))
@@ -237,6 +251,15 @@ def guarded_follow_up(item: PlannedItem, record: ItemRecord) -> list[PlannedItem
                         rank_mode="fixed")]
 
 
+#: The device kinds a rule may name.
+DEVICES = ("cpu", "cuda")
+
+
+def _device_kind(device: str | None) -> str | None:
+    """``cuda:0`` -> ``cuda``; None where the item never reached a device (the rule is not narrowed)."""
+    return device.split(":")[0] if device else None
+
+
 def annotate(grid: Grid, record: ItemRecord) -> None:
     """Set the record's expectation from the grid's rules (a combination none covers: no match)."""
     combination = record.get("scenario") or {}
@@ -244,11 +267,13 @@ def annotate(grid: Grid, record: ItemRecord) -> None:
         if combination:
             record["explored"] = True  # a guarded rerun answers "does it train then?": a finding
         return
-    rule = grid.expectation(combination, record.get("versions") or {})
+    rule = grid.expectation(combination, record.get("versions") or {}, _device_kind(record.get("device")))
     if rule is None:
         record["explored"] = True  # reported, not failed: what it did is the finding
         return
     record["expected"] = rule.outcome
     record["expected_established_by"] = rule.established_by
     record["expected_when"] = {**{a: ",".join(v) for a, v in rule.match.items()}, **rule.versions}
+    if rule.device:
+        record["expected_device"] = rule.device
     record["matched"] = record["outcome"] == rule.outcome and rule.names(record.get("signature"))

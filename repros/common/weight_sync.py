@@ -501,6 +501,9 @@ def merge_copy(model: Any, full: dict[str, Any], base_factory: Callable[[], Any]
     from peft import get_peft_model
 
     adapter = getattr(model, "active_adapter", "default")
+    if callable(adapter):
+        # transformers' own adapter mixin (add_adapter) had it as a method before 4.45.
+        adapter = adapter()
     if isinstance(adapter, list):
         adapter = adapter[0]
     config = copy.deepcopy(model.peft_config[adapter])

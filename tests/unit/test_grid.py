@@ -162,3 +162,23 @@ def test_a_rule_may_name_a_repro_and_then_any_of_its_signatures_matches() -> Non
         record = {**base, "signature": signature}
         annotate(g, record)  # type: ignore[arg-type]
         assert record["matched"] is matched, signature
+
+
+def test_a_rule_may_hold_on_one_device_kind_only() -> None:
+    cpu_only = {"combination": {"adapter": "qlora-8bit"}, "versions": {"transformers": "<4.44"}, "device": "cpu",
+                "outcome": "INFRA", "established_by": "grid ..."}
+    raw = {**RAW, "expect": [cpu_only, {"combination": {"adapter": "qlora-8bit"}, "outcome": "REPRODUCED",
+                                        "signature": "F3", "established_by": "grid ..."}]}
+    g = load_grid(PATH, raw, ["ci", "nightly"])
+    assert g is not None
+    base = {"mode": AS_WRITTEN, "scenario": {"adapter": "qlora-8bit"}, "outcome": "INFRA", "signature": None,
+            "versions": {"transformers": "4.43.0"}, "matched": False, "expected": None}
+    on_cpu = {**base, "device": "cpu"}
+    annotate(g, on_cpu)  # type: ignore[arg-type]
+    assert on_cpu["expected"] == "INFRA" and on_cpu["matched"] and on_cpu["expected_device"] == "cpu"
+    on_gpu = {**base, "device": "cuda:0"}
+    annotate(g, on_gpu)  # type: ignore[arg-type]
+    assert on_gpu["expected"] == "REPRODUCED" and not on_gpu["matched"]  # a GPU runner reads the next rule
+    with pytest.raises(UserError) as info:
+        load_grid(PATH, {**RAW, "expect": [{**cpu_only, "device": "tpu"}]}, ["ci", "nightly"])
+    assert info.value.field == "grid.expect[0].device" and "cuda" in info.value.fix
