@@ -24,6 +24,7 @@ from typing import Any
 
 import repros
 from harness.environments.inventory import isolated_environ
+from harness.suggest import natural_key
 from repros.common.kinds import KINDS, kind_of
 from repros.common.spec import ReproSpec, spec_from_data
 
@@ -69,7 +70,7 @@ def user_dirs_from_env() -> list[Path]:
 
 
 def _builtin() -> Iterable[tuple[str, str]]:
-    for info in sorted(pkgutil.iter_modules(repros.__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(repros.__path__), key=lambda i: natural_key(i.name)):
         if not info.ispkg and not info.name.startswith("_"):
             yield info.name, f"repros.{info.name}"
 
