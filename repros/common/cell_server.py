@@ -204,6 +204,7 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
     codes: dict[int, int] = {}
     stopped: list[int] = []
     stop_deadline: float | None = None
+    killed_by_us = False
     while len(codes) < world_size:
         if os.getppid() != worker:
             print("the cell's worker is gone: killing the item's ranks", flush=True)
@@ -218,6 +219,7 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
                     if rank not in codes:
                         _signal(other, signal.SIGKILL)
                 stop_deadline = float("inf")
+                killed_by_us = True
             time.sleep(0.02)
             continue
         if pid not in ranks:
@@ -225,12 +227,26 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
         rank = ranks[pid]
         codes[rank] = _exit_code(status)
         print(f"rank {rank} (pid {pid}) exited with {codes[rank]}")
+        if rank in stopped and codes[rank] == -signal.SIGKILL and not killed_by_us:
+            stopped.remove(rank)  # it died of a SIGKILL we never sent: its own death, not our stop
         if codes[rank] != 0 and stop_deadline is None:
-            # torchrun's behaviour: one rank failed, so the others are stopped.
+            # torchrun's behaviour: one rank failed, so the others are stopped. A rank that has
+            # already ended is reaped first, never counted as stopped: a peer's error ("connection
+            # reset") is often reaped before the death that caused it (waitpid returns children
+            # in fork order).
             for other, other_rank in ranks.items():
-                if other_rank not in codes:
-                    stopped.append(other_rank)
-                    _signal(other, signal.SIGTERM)
+                if other_rank in codes:
+                    continue
+                try:
+                    done, other_status = os.waitpid(other, os.WNOHANG)
+                except ChildProcessError:
+                    done = 0
+                if done:
+                    codes[other_rank] = _exit_code(other_status)
+                    print(f"rank {other_rank} (pid {other}) exited with {codes[other_rank]}")
+                    continue
+                stopped.append(other_rank)
+                _signal(other, signal.SIGTERM)
             stop_deadline = time.monotonic() + STOP_GRACE_S
     record = {"ranks": {str(r): c for r, c in sorted(codes.items())}, "stopped": sorted(stopped), "port": port}
     (Path(request["item_dir"]) / LAUNCHER_RECORD).write_text(json.dumps(record))
