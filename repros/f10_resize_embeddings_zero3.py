@@ -106,10 +106,10 @@ SPEC = ReproSpec(
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
     from repros.common.resize_check import raise_if_inconsistent, vocabulary_sizes
     from repros.common.scenario import Scenario
     from repros.common.tiny_models import VOCAB_SIZE
+    from repros.common.variants import scenario_for
 
     scenario = Scenario(
         engine="deepspeed",
@@ -121,7 +121,7 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         add_tokens=ADDED_TOKENS,
         pad_to_multiple_of=PAD_TO_MULTIPLE_OF,
     )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, scenario)
     trained = train(scenario, ctx, guards)
     sizes = vocabulary_sizes(trained.model)
     ctx.facts["vocabulary"] = sizes

@@ -114,8 +114,9 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
     import torch.distributed as dist
 
     from repros.common import fixed_trainer, weight_sync
-    from repros.common.guards import apply_guards, choose_guards
+    from repros.common.guards import apply_guards
     from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
     # Persistence threshold 0: ZeRO-3 partitions every parameter, as it does the large ones of a
     # real model (its default, 1e5 elements, would keep all of this tiny model's whole, and the
@@ -128,7 +129,7 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         gradient_checkpointing=False,
         sync_weights=True,
     )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, scenario)
     # F4 trains the engine's model (2 heads, 1 KV head) in every cell, so the stand-in and the
     # real engine see one model.
     with weight_sync.training_the_engine_model():

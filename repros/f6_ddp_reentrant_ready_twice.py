@@ -108,8 +108,8 @@ SPEC = ReproSpec(
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
     from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
     scenario = Scenario(
         engine="ddp",
@@ -119,5 +119,5 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         checkpointing_before_adapter=True,
         ddp_find_unused_parameters=True,
     )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)

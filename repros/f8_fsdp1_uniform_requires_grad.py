@@ -81,8 +81,8 @@ SPEC = ReproSpec(
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
     from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
     scenario = Scenario(
         engine="fsdp1",
@@ -91,5 +91,5 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         fsdp1_wrap="layer",
         fsdp1_use_orig_params=False,
     )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)

@@ -100,8 +100,8 @@ SPEC = ReproSpec(
 
 def run(ctx) -> None:  # type: ignore[no-untyped-def]
     from repros.common.fixed_trainer import train
-    from repros.common.guards import choose_guards
     from repros.common.scenario import Scenario
+    from repros.common.variants import scenario_for
 
     scenario = Scenario(
         engine="deepspeed",
@@ -116,5 +116,5 @@ def run(ctx) -> None:  # type: ignore[no-untyped-def]
         zero_init=True,
         save_adapter=True,
     )
-    guards = choose_guards(scenario) if ctx.mode == "fixed" else []
+    scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)
