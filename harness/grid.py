@@ -31,6 +31,7 @@ from harness.planning import PlannedItem
 from harness.records import ItemRecord
 from repros.common.grid_axes import AXES, AXIS_ORDER, combination_id
 from repros.common.outcomes import SCENARIO_OUTCOMES, Outcome
+from repros.common.spec import DEVICES
 
 GRID_MODULE = "repros.common.scenario_item"
 AS_WRITTEN = "as-written"
@@ -81,8 +82,8 @@ class GridExpectation(Rule):
     ) -> bool:
         if not self.covers(combination):
             return False
-        if self.device is not None and device is not None and device != self.device:
-            return False
+        if self.device is not None and device != self.device:
+            return False  # as a repro's expectation that names a device (harness/expectations.py)
         for package, spec in self.versions.items():
             installed = versions.get(package)
             try:
@@ -251,15 +252,6 @@ def guarded_follow_up(item: PlannedItem, record: ItemRecord) -> list[PlannedItem
                         rank_mode="fixed")]
 
 
-#: The device kinds a rule may name.
-DEVICES = ("cpu", "cuda")
-
-
-def _device_kind(device: str | None) -> str | None:
-    """``cuda:0`` -> ``cuda``; None where the item never reached a device (the rule is not narrowed)."""
-    return device.split(":")[0] if device else None
-
-
 def annotate(grid: Grid, record: ItemRecord) -> None:
     """Set the record's expectation from the grid's rules (a combination none covers: no match)."""
     combination = record.get("scenario") or {}
@@ -267,7 +259,7 @@ def annotate(grid: Grid, record: ItemRecord) -> None:
         if combination:
             record["explored"] = True  # a guarded rerun answers "does it train then?": a finding
         return
-    rule = grid.expectation(combination, record.get("versions") or {}, _device_kind(record.get("device")))
+    rule = grid.expectation(combination, record.get("versions") or {}, record.get("device"))
     if rule is None:
         record["explored"] = True  # reported, not failed: what it did is the finding
         return

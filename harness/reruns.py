@@ -15,18 +15,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from harness.records import ItemRecord, is_finding
+from harness.records import ItemRecord, counts_against
 from repros.common.outcomes import Outcome
 
 
 def contradicts_expectation(record: ItemRecord) -> bool:
     """Whether running the item again could turn its record into a match."""
-    return (
-        record.get("expected") is not None
-        and not record["matched"]
-        and not is_finding(record)
-        and record["outcome"] != Outcome.UNRESOLVABLE
-    )
+    return record.get("expected") is not None and counts_against(record) and record["outcome"] != Outcome.UNRESOLVABLE
 
 
 def set_aside(item_dir: Path, attempt: int) -> Path | None:

@@ -176,7 +176,7 @@ def test_a_rule_may_hold_on_one_device_kind_only() -> None:
     on_cpu = {**base, "device": "cpu"}
     annotate(g, on_cpu)  # type: ignore[arg-type]
     assert on_cpu["expected"] == "INFRA" and on_cpu["matched"] and on_cpu["expected_device"] == "cpu"
-    on_gpu = {**base, "device": "cuda:0"}
+    on_gpu = {**base, "device": "cuda"}
     annotate(g, on_gpu)  # type: ignore[arg-type]
     assert on_gpu["expected"] == "REPRODUCED" and not on_gpu["matched"]  # a GPU runner reads the next rule
     with pytest.raises(UserError) as info:
