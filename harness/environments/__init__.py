@@ -2,41 +2,51 @@
 
 Providers build or find the environment of a cell (``uv.py``: one uv environment per distinct
 set of requirements, built once and reused by key; ``passthrough.py``: the running interpreter
-as it is). ``Environments`` is the one place a run asks for a cell's environment: it picks the
-cell's provider, keeps the answer per cell for the run, and turns a failure into the reason the
-cell's items are ``UNRESOLVABLE``. A new provider is one module plus its line in ``PROVIDERS``.
+as it is). The matrix names a cell's provider (``provider:``, default ``uv``). ``Environments``
+is the one place a run asks for a cell's environment: it asks the cell's provider, keeps the
+answer per cell for the run, turns a failure into the reason the cell's items are
+``UNRESOLVABLE``, and asks the provider, never which one it is, whether an environment was
+damaged. A new provider is one module plus its line in ``PROVIDERS``.
 """
 
 from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from harness.environments.base import (
+    CellRequest,
     Environment,
+    EnvironmentProvider,
     EnvironmentUnavailable,
     EnvRequest,
+    ProviderContext,
     default_cache_dir,
     installer_reason,
 )
+from harness.environments.index import IndexConfig, pip_index_config
 from harness.environments.integrity import describe
 from harness.environments.passthrough import PassthroughProvider
 from harness.environments.uv import UvEnvironments, UvProvider
-from harness.matrix import Cell
-from harness.package_index import IndexConfig, pip_index_config
+
+#: The providers a matrix can name, by name.
+PROVIDERS: dict[str, Callable[[ProviderContext], EnvironmentProvider]] = {
+    UvProvider.name: UvProvider,
+    PassthroughProvider.name: PassthroughProvider,
+}
+DEFAULT_PROVIDER = UvProvider.name
 
 
-class EnvironmentProvider(Protocol):
-    name: str
-
-    def get(self, cell: Cell) -> Environment:
-        """The cell's environment, built if need be; ``EnvironmentUnavailable`` with the reason if not."""
-        ...
+def provider_class(name: str) -> type[EnvironmentProvider]:
+    """The registered provider ``name`` (its class-level facts: ``installs_packages``...)."""
+    factory = PROVIDERS[name]
+    if not isinstance(factory, type):
+        raise TypeError(f"provider {name!r} is registered as a factory, not a class")
+    return factory
 
 
 @dataclass(frozen=True)
@@ -83,10 +93,18 @@ class _SharedExclusive:
 class Environments:
     """The run's environments, one answer per cell, from each cell's provider."""
 
-    def __init__(self, cache_dir: Path, index: IndexConfig | None = None) -> None:
+    def __init__(
+        self,
+        cache_dir: Path,
+        index: IndexConfig | None = None,
+        providers: Mapping[str, EnvironmentProvider] | None = None,
+        cache_max_gb: float | None = None,
+    ) -> None:
         self.cache_dir = Path(cache_dir)
+        self.cache_max_gb = cache_max_gb
         self._index = index
-        self._uv: UvEnvironments | None = None
+        #: The providers made so far, by name (one each per run; ``providers`` given ones, a test's).
+        self._providers: dict[str, EnvironmentProvider] = dict(providers or {})
         self._answers: dict[str, Resolved] = {}
         self._lock = threading.Lock()
         self._use: dict[str, _SharedExclusive] = {}
@@ -97,23 +115,29 @@ class Environments:
             self._index = pip_index_config()
         return self._index
 
+    def provider(self, name: str) -> EnvironmentProvider:
+        """The run's provider ``name``, made on first use."""
+        with self._lock:
+            if name not in self._providers:
+                context = ProviderContext(self.cache_dir, lambda: self.index, self.cache_max_gb)
+                self._providers[name] = PROVIDERS[name](context)
+            return self._providers[name]
+
     @property
     def uv(self) -> UvEnvironments:
-        """The uv builder (it reads pip's configuration once, on first use)."""
-        if self._uv is None:
-            self._uv = UvEnvironments(self.cache_dir, self.index)
-        return self._uv
+        """The uv builder (resolving without installing: bisect by date, a floating cell)."""
+        provider = self.provider(UvProvider.name)
+        if not isinstance(provider, UvProvider):
+            raise TypeError(f"the provider registered as {UvProvider.name!r} is not uv's")
+        return provider.builder
 
-    def provider(self, cell: Cell) -> EnvironmentProvider:
-        return PROVIDERS[cell.provider](self)
-
-    def for_cell(self, cell: Cell) -> Resolved:
+    def for_cell(self, cell: CellRequest) -> Resolved:
         """The cell's environment or the reason it has none; asked of its provider once per run."""
         with self._lock:
             if cell.name in self._answers:
                 return self._answers[cell.name]
         try:
-            answer = Resolved(self.provider(cell).get(cell))
+            answer = Resolved(self.provider(cell.provider).get(cell))
         except EnvironmentUnavailable as exc:
             answer = Resolved(None, exc.reason)
         except (OSError, ValueError, TypeError, KeyError, subprocess.SubprocessError) as exc:
@@ -124,22 +148,28 @@ class Environments:
             self._answers.setdefault(cell.name, answer)
             return self._answers[cell.name]
 
+    def release(self, env: Environment) -> None:
+        """The run no longer needs ``env`` (a bisect's step is over): another run may evict it."""
+        self.provider(env.provider).release(env)
+
     def damage(self, env: Environment) -> list[str]:
-        """What changed in ``env`` since it was built ([] when nothing did; a passthrough
-        interpreter is the caller's own and is not checked)."""
-        return [] if env.passthrough else self.uv.verify(env)
+        """What changed in ``env`` since it was made ready ([] when nothing did)."""
+        return self.provider(env.provider).damage(env)
+
+    def readiness(self, env: Environment) -> str:
+        return self.provider(env.provider).readiness(env)
 
     @contextmanager
-    def ready_for_item(self, cell: Cell) -> Iterator[Resolved]:
-        """The cell's environment, checked whole before the item uses it (rebuilt first if it was
-        damaged, once no other item is using it), and held while the item runs."""
+    def ready_for_item(self, cell: CellRequest) -> Iterator[Resolved]:
+        """The cell's environment, checked whole before the item uses it (made again first if it
+        was damaged, once no other item is using it), and held while the item runs."""
         resolved = self.for_cell(cell)
         env = resolved.env
-        if env is None or env.passthrough:
+        if env is None:
             yield resolved
             return
         with self._lock:
-            use = self._use.setdefault(env.key, _SharedExclusive())
+            use = self._use.setdefault(f"{env.provider}:{env.key}", _SharedExclusive())
         problems = self.damage(env)
         if problems:
             with use.exclusive():
@@ -151,29 +181,26 @@ class Environments:
             yield resolved
 
     def invalidate(self, env: Environment, reason: str) -> None:
-        """``env`` was damaged: the next cell that asks for it gets it rebuilt."""
-        if env.passthrough:
-            return
-        self.uv.invalidate(env, reason)
+        """``env`` was damaged: the next cell that asks for it gets it made again."""
+        self.provider(env.provider).invalidate(env, reason)
         with self._lock:
             for name in [n for n, a in self._answers.items() if a.env is not None and a.env.key == env.key]:
                 del self._answers[name]
 
 
-PROVIDERS: dict[str, Callable[[Environments], EnvironmentProvider]] = {
-    "uv": lambda envs: UvProvider(envs.uv),
-    "passthrough": lambda envs: PassthroughProvider(envs.cache_dir),
-}
-
 __all__ = [
+    "DEFAULT_PROVIDER",
     "PROVIDERS",
+    "CellRequest",
     "EnvRequest",
     "Environment",
     "EnvironmentProvider",
     "EnvironmentUnavailable",
     "Environments",
+    "ProviderContext",
     "Resolved",
     "UvEnvironments",
     "default_cache_dir",
     "installer_reason",
+    "provider_class",
 ]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
+
+from harness.core.processes import isolated_environ
 
 _LIST_DISTRIBUTIONS = (
     "import json, sys\n"
@@ -22,12 +23,6 @@ _LIST_DISTRIBUTIONS = (
 class Listing:
     python_version: str
     packages: dict[str, str]
-
-
-def isolated_environ() -> dict[str, str]:
-    """The caller's environment without what would make an interpreter see other packages."""
-    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"}
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYTHONNOUSERSITE": "1"}
 
 
 def list_distributions(python: str, timeout_s: float = 120.0, isolated: bool = True) -> Listing:

@@ -6,10 +6,10 @@ import hashlib
 import os
 import sys
 from pathlib import Path
+from typing import ClassVar
 
-from harness.environments.base import Environment, EnvironmentUnavailable
+from harness.environments.base import CellRequest, Environment, EnvironmentUnavailable, ProviderContext
 from harness.environments.inventory import list_distributions
-from harness.matrix import Cell
 
 
 def passthrough_extensions_dir(cache_dir: Path, python: str) -> Path:
@@ -31,15 +31,36 @@ def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> En
         extensions_dir=extensions,
         reused=True,
         build_s=0.0,
-        passthrough=True,
+        provider=PassthroughProvider.name,
     )
 
 
 class PassthroughProvider:
-    name = "passthrough"
+    """The caller's interpreter, as it is: nothing is installed, built or checked (it is the
+    caller's), and a rank keeps the caller's ``PYTHONPATH``."""
 
-    def __init__(self, cache_dir: Path) -> None:
-        self.cache_dir = cache_dir
+    name: ClassVar[str] = "passthrough"
+    installs_packages: ClassVar[bool] = False
 
-    def get(self, cell: Cell) -> Environment:
+    def __init__(self, context: ProviderContext) -> None:
+        self.cache_dir = context.cache_dir
+
+    def get(self, cell: CellRequest) -> Environment:
         return passthrough_environment(self.cache_dir)
+
+    def damage(self, env: Environment) -> list[str]:
+        return []
+
+    def invalidate(self, env: Environment, reason: str) -> None:
+        pass
+
+    def release(self, env: Environment) -> None:
+        pass
+
+    def readiness(self, env: Environment) -> str:
+        return "the running interpreter, as it is"
+
+    @classmethod
+    def rank_import_path(cls, env: Environment) -> list[str]:
+        caller = os.environ.get("PYTHONPATH")
+        return [caller] if caller else []

@@ -24,6 +24,8 @@ environment's own ``TORCH_EXTENSIONS_DIR``, as before.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -33,18 +35,39 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import ClassVar
 
-from harness.environments.base import Environment, EnvironmentUnavailable, EnvRequest, installer_reason
+from harness.environments.base import (
+    CellRequest,
+    Environment,
+    EnvironmentUnavailable,
+    EnvRequest,
+    ProviderContext,
+    installer_reason,
+)
+from harness.environments.cache import (
+    READY_MARKER,
+    Eviction,
+    Holds,
+    budget_bytes,
+    disk_full_reason,
+    evict_to_fit,
+    is_disk_full,
+    largest_environment,
+    note_use,
+    share_files,
+    write_size,
+)
+from harness.environments.index import IndexConfig
 from harness.environments.integrity import damage, describe, write_manifest
 from harness.environments.inventory import list_distributions
-from harness.matrix import Cell
-from harness.package_index import IndexConfig
+from harness.environments.locks import DEFAULT_SIMPLE, Lock, ReleaseDates, resolve_lock
+from harness.environments.specs import NEWEST, requirement
 
 #: Bump when the way environments are built changes, so old ones are not reused.
 #: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
@@ -54,11 +77,13 @@ RECIPE_VERSION = 4
 #: ``-g0``: no debug information (Python's own flags ask for it; over torch's headers it
 #: triples the compile time, and the JIT build it replaces had none either).
 DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "CFLAGS": "-g0"}
-READY_MARKER = "READY"
+#: A floating request's lock, beside its venv: the constraints every install step honours.
+LOCK_FILE = "lock.txt"
 #: The packages a cell leaves out (``exclude_packages``), as uv's ``--excludes`` reads them.
 EXCLUDES_FILE = "excludes.txt"
 ENV_RECORD = "env.json"
 UV_TIMEOUT_S = 1800
+
 
 def find_uv() -> str:
     try:
@@ -86,12 +111,18 @@ def extensions_dir_for(env_dir: Path) -> Path:
 class UvEnvironments:
     """Builds and reuses cell environments under ``cache_dir``."""
 
-    def __init__(self, cache_dir: Path, index: IndexConfig, uv: str | None = None) -> None:
+    def __init__(self, cache_dir: Path, index: IndexConfig, uv: str | None = None, max_gb: float | None = None) -> None:
         self.cache_dir = Path(cache_dir)
         self.index = index
         self.uv = uv or find_uv()
+        #: The cache's budget (``--cache-max-gb``; None: ``cache.budget_bytes``'s default).
+        self.max_gb = max_gb
+        #: The environments this process may use: never evicted by another (``cache.Holds``).
+        self.holds = Holds(self.cache_dir)
         self._uv_version: str | None = None
         self._pythons: dict[str, tuple[str, str]] = {}
+        #: Release dates asked of the index while resolving as of a day (once per package per run).
+        self.dates = ReleaseDates(index.index_url or DEFAULT_SIMPLE)
 
     # -- key -------------------------------------------------------------------------
     def uv_version(self) -> str:
@@ -109,7 +140,7 @@ class UvEnvironments:
                 [self.uv, "python", "find", "--no-project", "--system", request],
                 capture_output=True,
                 text=True,
-                env=self._uv_env(),
+                env=self.uv_environ(),
                 check=False,
             )
             if out.returncode != 0:
@@ -128,7 +159,9 @@ class UvEnvironments:
         python_path, python_version = self.find_python(request.python)
         material: dict[str, object] = {
             "recipe": RECIPE_VERSION,
-            "requirements": request.requirements(),
+            # A floating request is keyed by what it resolved to (reused while the lock is the
+            # same); exact pins by their requirement strings, as they always were.
+            **({"lock": list(request.lock)} if request.lock is not None else {"requirements": request.requirements()}),
             "python": {"request": request.python, "version": python_version, "path": python_path},
             "index": self.index.key_material(),
             "exclude_newer": request.exclude_newer,
@@ -159,8 +192,9 @@ class UvEnvironments:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def get(self, request: EnvRequest) -> Environment:
-        """The environment for ``request``: reused when it is whole, else built (or rebuilt once)."""
+    def get(self, request: EnvRequest, cell: str | None = None) -> Environment:
+        """The environment for ``request``: reused when it is whole, else built (or rebuilt once),
+        held for this process and its use by ``cell`` recorded (``cache.py``)."""
         key = self.key(request)
         with self._locked(key):
             env_dir = self.env_dir(key)
@@ -168,29 +202,57 @@ class UvEnvironments:
             if (env_dir / READY_MARKER).exists():
                 env, problem = self._reusable(env_dir)
                 if env is not None:
+                    self._used(key, env_dir, cell)
                     return env
                 repaired = f"rebuilt: the cached environment {env_dir} was damaged ({problem})"
             elif (env_dir / "DAMAGED").is_file():
                 repaired = f"rebuilt: {(env_dir / 'DAMAGED').read_text().strip()}"
             if env_dir.exists():
                 shutil.rmtree(env_dir)  # an interrupted, failed or damaged build: never reuse it
+            self.make_room(keep=key)
             started = time.perf_counter()
             try:
                 env = self._build(request, key, env_dir)
+                env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started, "repaired": repaired})
+                tree = Path(env.python).parent.parent
+                shared = share_files(tree, self.cache_dir)
+                write_manifest(env_dir, tree)
+                (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
+                (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
+                write_size(env_dir)
+                (env_dir / "shared.json").write_text(json.dumps(asdict(shared)))
+                (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
             except EnvironmentUnavailable as exc:
                 shutil.rmtree(env_dir, ignore_errors=True)
+                reason = disk_full_reason(self.cache_dir) if is_disk_full(f"{exc.reason}\n{exc.log}") else exc.reason
                 if repaired:
-                    raise EnvironmentUnavailable(f"{repaired}, and the rebuild failed: {exc.reason}", exc.log) from None
+                    raise EnvironmentUnavailable(f"{repaired}, and the rebuild failed: {reason}", exc.log) from None
+                raise EnvironmentUnavailable(reason, exc.log) from None
+            except OSError as exc:
+                shutil.rmtree(env_dir, ignore_errors=True)
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise EnvironmentUnavailable(disk_full_reason(self.cache_dir)) from None
                 raise
             except BaseException:
                 shutil.rmtree(env_dir, ignore_errors=True)
                 raise
-            env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started, "repaired": repaired})
-            write_manifest(env_dir, Path(env.python).parent.parent)
-            (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
-            (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
-            (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            self._used(key, env_dir, cell)
             return env
+
+    def _used(self, key: str, env_dir: Path, cell: str | None) -> None:
+        self.holds.hold(key)
+        note_use(env_dir, cell or "?")
+
+    def make_room(self, keep: str) -> Eviction:
+        """Before a build: evict the least recently used environments not in use until the cache and
+        one more environment (the largest so far) fit in the budget."""
+        budget = budget_bytes(self.cache_dir, self.max_gb)
+        incoming = largest_environment(self.cache_dir)
+        return evict_to_fit(self.cache_dir, budget, incoming, keep={keep, *self.holds.held()})
+
+    def release(self, key: str) -> None:
+        """This process no longer needs the environment: another may evict it."""
+        self.holds.release(key)
 
     def _reusable(self, env_dir: Path) -> tuple[Environment | None, str]:
         """The cached environment if it is whole, else None and what is wrong with it."""
@@ -230,7 +292,7 @@ class UvEnvironments:
             (env_dir / READY_MARKER).unlink(missing_ok=True)
             (env_dir / "DAMAGED").write_text(reason + "\n")
 
-    def _uv_env(self) -> dict[str, str]:
+    def uv_environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"}}
         env["UV_PYTHON_DOWNLOADS"] = "never"
         env.setdefault("UV_NO_PROGRESS", "1")
@@ -244,13 +306,17 @@ class UvEnvironments:
                 [self.uv, *args],
                 capture_output=True,
                 text=True,
-                env={**self._uv_env(), **(extra_env or {})},
+                env={**self.uv_environ(), **(extra_env or {})},
                 timeout=UV_TIMEOUT_S,
                 check=False,
             )
             fh.write(out.stdout + out.stderr + f"(exit {out.returncode})\n")
         if out.returncode != 0:
             raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
+
+    def lock(self, request: EnvRequest) -> Lock:
+        """What ``request``'s floating specs resolve to now (or as of its day): ``locks.py``."""
+        return resolve_lock(self, request, self.dates)
 
     def resolve(
         self,
@@ -261,30 +327,11 @@ class UvEnvironments:
     ) -> dict[str, str]:
         """What ``requirements`` resolve to (package -> version) without installing
         anything, as of ``exclude_newer`` when given, ``exclude_packages`` left out."""
-        python_path, _ = self.find_python(python)
-        args = ["pip", "compile", "--no-header", "--no-annotate", "--python", python_path, *self.index.uv_args()]
-        if exclude_newer:
-            args += ["--exclude-newer", exclude_newer]
-        with tempfile.TemporaryDirectory(prefix="ft-regress-resolve-") as scratch:
-            if exclude_packages:
-                args += ["--excludes", str(write_excludes(Path(scratch), exclude_packages))]
-            out = subprocess.run(
-                [self.uv, *args, "-"],
-                input="\n".join(requirements) + "\n",
-                capture_output=True,
-                text=True,
-                env=self._uv_env(),
-                timeout=UV_TIMEOUT_S,
-                check=False,
-            )
-        if out.returncode != 0:
-            raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
-        resolved: dict[str, str] = {}
-        for line in out.stdout.splitlines():
-            name, sep, version = line.strip().partition("==")
-            if sep and name and not name.startswith("#"):
-                resolved[name.strip().lower().replace("_", "-")] = version.strip()
-        return resolved
+        packages = dict(_split(r) for r in requirements)
+        request = EnvRequest(
+            packages=packages, python=python, exclude_newer=exclude_newer, exclude_packages=exclude_packages
+        )
+        return resolve_lock(self, request, self.dates).versions()
 
     def _install_args(self, python: str, request: EnvRequest) -> list[str]:
         # Copies, never hard links into uv's cache: an edit in one environment must not reach
@@ -295,6 +342,9 @@ class UvEnvironments:
         if request.exclude_packages:
             # Written by _build beside the venv (python is <env>/venv/bin/python).
             args += ["--excludes", str(Path(python).parent.parent.parent / EXCLUDES_FILE)]
+        if request.lock is not None:
+            # Every package at its locked version: the lock is what the environment is keyed by.
+            args += ["--constraints", str(Path(python).parent.parent.parent / LOCK_FILE)]
         return args
 
     def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
@@ -307,16 +357,20 @@ class UvEnvironments:
         if request.exclude_packages:
             write_excludes(env_dir, request.exclude_packages)
         packages = dict(request.packages)
+        if request.lock is not None:
+            (env_dir / LOCK_FILE).write_text("".join(f"{line}\n" for line in request.lock), encoding="utf-8")
+            locked = request.locked_versions()
+            packages = {name: f"=={locked[name]}" for name in packages if name in locked}
         deepspeed_ops = None
         if "deepspeed" in packages and "torch" in packages:
             # DeepSpeed's setup imports torch: install torch (and setuptools, which its
             # build needs without isolation, and ninja, which it compiles with) first,
             # then build DeepSpeed against it.
-            first = [f"torch{packages['torch']}", "setuptools", "wheel", "ninja"]
+            first = [requirement("torch", packages["torch"]), "setuptools", "wheel", "ninja"]
             self._uv([*self._install_args(python, request), *first], log)
             packages["torch"] = f"=={list_distributions(python).packages['torch']}"
             deepspeed_ops = self._install_deepspeed(python, request, packages, log)
-        requirements = [f"{name}{spec}" for name, spec in sorted(packages.items())]
+        requirements = [requirement(name, spec) for name, spec in sorted(packages.items())]
         extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
         self._uv([*self._install_args(python, request), *extra, *requirements], log)
         listing = list_distributions(python)
@@ -333,6 +387,7 @@ class UvEnvironments:
             reused=False,
             build_s=0.0,
             deepspeed_ops=deepspeed_ops,
+            lock=request.lock,
         )
 
     def ops_pair_key(self, python: str, torch_version: str) -> str:
@@ -356,13 +411,21 @@ class UvEnvironments:
         pair_cache = self.cache_dir / "deepspeed-ops" / pair
         started = time.perf_counter()
         args = [*self._install_args(python, request), "--cache-dir", str(pair_cache), "--no-deps"]
-        args += ["--no-build-isolation-package", "deepspeed", f"deepspeed{packages['deepspeed']}"]
+        args += ["--no-build-isolation-package", "deepspeed", requirement("deepspeed", packages["deepspeed"])]
         try:
             self._uv(args, log, extra_env=DEEPSPEED_PREBUILT_OPS)
         except EnvironmentUnavailable as exc:
             # Installed plainly by the main step below; its ops compile at first use.
             return {"prebuilt": [], "pair": pair, "seconds": round(time.perf_counter() - started, 1), "why": exc.reason}
         return {"prebuilt": prebuilt_ops(python), "pair": pair, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _split(requirement: str) -> tuple[str, str]:
+    """``deepspeed>=0.19`` -> ("deepspeed", ">=0.19"); a bare name asks for the newest."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)$", requirement)
+    if not match:
+        raise ValueError(f"not a requirement: {requirement!r}")
+    return match[1].lower().replace("_", "-"), match[2].strip() or NEWEST
 
 
 def write_excludes(directory: Path, packages: tuple[str, ...]) -> Path:
@@ -394,22 +457,56 @@ def prebuilt_ops(python: str) -> list[str]:
     return []
 
 
-
-
 class UvProvider:
-    """The default provider: one uv environment per distinct set of requirements."""
+    """The default provider: one uv environment per distinct set of requirements, built once,
+    reused by key, checked against its manifest before and after every item."""
 
-    name = "uv"
+    name: ClassVar[str] = "uv"
+    installs_packages: ClassVar[bool] = True
 
-    def __init__(self, builder: UvEnvironments) -> None:
+    def __init__(self, context: ProviderContext | None = None, builder: UvEnvironments | None = None) -> None:
+        if builder is None:
+            if context is None:
+                raise ValueError("a uv provider needs a context or a builder")
+            builder = UvEnvironments(context.cache_dir, context.index(), max_gb=context.cache_max_gb)
         self.builder = builder
 
-    def get(self, cell: Cell) -> Environment:
-        return self.builder.get(
-            EnvRequest(
-                packages=cell.packages,
-                python=cell.python,
-                exclude_newer=cell.exclude_newer,
-                exclude_packages=cell.exclude_packages,
-            )
+    def damage(self, env: Environment) -> list[str]:
+        return self.builder.verify(env)
+
+    def invalidate(self, env: Environment, reason: str) -> None:
+        self.builder.invalidate(env, reason)
+
+    def readiness(self, env: Environment) -> str:
+        how = "reused" if env.reused else f"built in {env.build_s:.1f}s"
+        if env.resolution is None or env.lock is None:
+            return how
+        when = f" as of {env.resolution['as_of']}" if env.resolution.get("as_of") else ""
+        return f"{how}; its floating specs resolved{when} to {len(env.lock)} packages in {env.resolution['seconds']}s"
+
+    @classmethod
+    def rank_import_path(cls, env: Environment) -> list[str]:
+        return []
+
+    def get(self, cell: CellRequest) -> Environment:
+        """The cell's environment; a cell with floating specs is resolved to a lock first, and gets
+        the environment of that lock (built the first time the lock is seen)."""
+        request = EnvRequest(
+            packages=dict(cell.packages),
+            python=cell.python,
+            exclude_newer=cell.exclude_newer,
+            exclude_packages=cell.exclude_packages,
+            as_of=cell.as_of,
+            prerelease=cell.prerelease,
         )
+        if cell.lock is not None:
+            return self.builder.get(dataclasses.replace(request, lock=cell.lock), cell.name)
+        if not request.floating and request.as_of is None:
+            return self.builder.get(request, cell.name)
+        # Floating specs, or a day to resolve the pins' dependencies as of: a lock first.
+        lock = self.builder.lock(request)
+        env = self.builder.get(dataclasses.replace(request, lock=lock.lines), cell.name)
+        return dataclasses.replace(env, resolution=lock.describe())
+
+    def release(self, env: Environment) -> None:
+        self.builder.release(env.key)

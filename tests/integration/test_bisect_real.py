@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,7 @@ def test_by_date_resolves_the_stack_as_of_each_day(tmp_path: Path) -> None:
     from packaging.version import Version
 
     from harness.environments import UvEnvironments
-    from harness.package_index import pip_index_config
+    from harness.environments.index import pip_index_config
 
     builder = UvEnvironments(tmp_path, pip_index_config())
     then = builder.resolve(["deepspeed", "peft"], "3.11", "2026-06-01T00:00:00Z")

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.results import read_results
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT, results_json
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +54,7 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict], P
         env=env,
         timeout=4800,
     )
-    return proc.returncode, read_results(out / "results.jsonl"), out, proc.stdout + proc.stderr
+    return proc.returncode, results_json(out / "results.jsonl"), out, proc.stdout + proc.stderr
 
 
 def ran(records: list[dict]) -> list[dict]:
@@ -200,7 +199,7 @@ def test_rerun_reuses_the_environments(ci_run, tmp_path: Path) -> None:
         timeout=1200,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (again,) = read_results(tmp_path / "again" / "results.jsonl")
+    (again,) = results_json(tmp_path / "again" / "results.jsonl")
     assert again["env"]["reused"] is True and again["outcome"] == "NOT_REPRODUCED"
 
 

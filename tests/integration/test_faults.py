@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.results import read_results
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT, results_json
 
 pytestmark = pytest.mark.integration
 
-FAULTS = REPO_ROOT / "tests" / "fault_repros"
+FAULTS = REPO_ROOT / "tests" / "support" / "fault_repros"
 # Generous: with pytest-xdist two integration files share the two cores. Only the HANG
 # item waits this long.
 TIMEOUT_S = 60
@@ -89,7 +88,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, 
         cwd=REPO_ROOT,
         timeout=1800,
     )
-    records = {r["repro"]: r for r in read_results(out / "results.jsonl")}
+    records = {r["repro"]: r for r in results_json(out / "results.jsonl")}
     return proc.returncode, records, out, proc.stdout + proc.stderr
 
 
@@ -171,7 +170,7 @@ def test_an_interrupt_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output
     assert "resume with" in output and "FAULT-NOISY" in output  # the summary of what finished
-    first = read_results(results)
+    first = results_json(results)
     assert [r["repro"] for r in first] == ["FAULT-NOISY"]
     assert all(line.endswith("}") for line in results.read_text().splitlines())  # no torn line
     assert json.loads((out / "run.json").read_text())["interrupted"] == signal.Signals(signum).name
@@ -187,7 +186,7 @@ def test_an_interrupt_keeps_what_finished_and_resume_runs_only_the_rest(tmp_path
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "1 items already done" in resumed.stdout
-    final = read_results(results)
+    final = results_json(results)
     assert sorted(r["repro"] for r in final) == ["FAULT-HANG", "FAULT-NOISY"]
     assert final[0] == first[0]
 
@@ -200,13 +199,20 @@ def test_a_repro_that_edits_site_packages_is_infra_and_the_next_item_gets_a_rebu
     matrix["cells"]["faults"]["exclude_newer"] = "2999-01-01T00:00:00Z"
     matrix_path.write_text(yaml.safe_dump(matrix))
     out = tmp_path / "out"
-    proc = subprocess.run(harness(matrix_path, out, "FAULT-DAMAGE,FAULT-NOISY"), capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=3000)
+    proc = subprocess.run(
+        harness(matrix_path, out, "FAULT-DAMAGE,FAULT-NOISY"),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=3000,
+    )
     log = proc.stdout + proc.stderr
-    records = {r["repro"]: r for r in read_results(out / "results.jsonl")}
+    records = {r["repro"]: r for r in results_json(out / "results.jsonl")}
     damage = records["FAULT-DAMAGE"]
     assert damage["outcome"] == "INFRA" and damage["matched"], log
-    assert "changed while the item ran" in damage["reasons"][0] and "peft/__init__.py was modified" in damage["reasons"][0]
+    assert (
+        "changed while the item ran" in damage["reasons"][0] and "peft/__init__.py was modified" in damage["reasons"][0]
+    )
     after = records["FAULT-NOISY"]
     assert after["outcome"] == "NOT_REPRODUCED" and "rebuilt" in after["environment_repaired"], log
     # The edit reached neither the rebuilt environment nor uv's cache it was copied from.

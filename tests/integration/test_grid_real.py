@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.results import read_results
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT, results_json
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +42,32 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict],
     old, current = ci_cell(deepspeed="0.19.2"), ci_cell()
     out = tmp_path_factory.mktemp("grid") / "out"
     command = [
-        sys.executable, "-m", "harness", "grid", "--matrix", str(REPO_ROOT / "matrix.yaml"),
-        "--cells", f"{old},{current}",
-        "--only", "engine=deepspeed-zero3", "--only", "adapter=lora", "--only", "attach=peft-model",
-        "--only", "checkpointing=non-reentrant,off", "--only", "dtype=bf16", "--only", "after=none",
-        "--out", str(out),
+        sys.executable,
+        "-m",
+        "harness",
+        "grid",
+        "--matrix",
+        str(REPO_ROOT / "matrix.yaml"),
+        "--cells",
+        f"{old},{current}",
+        "--only",
+        "engine=deepspeed-zero3",
+        "--only",
+        "adapter=lora",
+        "--only",
+        "attach=peft-model",
+        "--only",
+        "checkpointing=non-reentrant,off",
+        "--only",
+        "dtype=bf16",
+        "--only",
+        "after=none",
+        "--out",
+        str(out),
     ]
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=1800)
-    return proc.returncode, read_results(out / "results.jsonl"), proc.stdout + proc.stderr, out
+    return proc.returncode, results_json(out / "results.jsonl"), proc.stdout + proc.stderr, out
 
 
 def one(records: list[dict], cell: str, combination: str, mode: str = "as-written") -> dict:

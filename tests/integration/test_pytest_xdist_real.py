@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.results import read_results
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT, results_json
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +26,29 @@ def test_two_workers_run_real_items_side_by_side(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(matrix, sort_keys=False))
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", f"--matrix={path}", "--lane=ci",
-         "--repros=F1", "--modes=bug", f"--repro-out={out}", f"--junitxml={tmp_path / 'junit.xml'}"],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=1800,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            f"--matrix={path}",
+            "--lane=ci",
+            "--repros=F1",
+            "--modes=bug",
+            f"--repro-out={out}",
+            f"--junitxml={tmp_path / 'junit.xml'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "2 passed" in proc.stdout
-    records = read_results(out / "results.jsonl")
+    records = results_json(out / "results.jsonl")
     assert {r["cell"] for r in records} == {name, f"{name}-twin"}
     assert all(r["matched"] and r["outcome"] not in ("INFRA", "HANG", "CRASH") for r in records), records
     assert records[0]["outcome"] == records[1]["outcome"]

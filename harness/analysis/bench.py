@@ -1,0 +1,444 @@
+"""``python -m harness bench``: what the harness costs against bare torchrun, in one run.
+
+For the selected items (default: the default lane), interleaved A B A B ...:
+
+* **A, bare**: each item's ranks under a plain ``torchrun --standalone`` of the same
+  script (``repros.runtime.rank_main``) in the same environment, one after another, timed
+  from the start of torchrun to its exit; the ranks' records are then classified
+  exactly as the harness classifies them, so the outcomes can be compared;
+* **B, harness**: ``python -m harness run`` over the same items, timed end to end (the
+  environments' lookup, the cells' workers starting, every item, the report).
+
+Then it prints per-item medians (bare wall against the harness's per-item wall), the
+lane's totals and their ratio, whether every item had the same outcome and signature in
+every A and B, the fixed trainer's step time run to run, the environments (a cached cell
+ready; a cold build into a scratch cache, and a second environment of the same torch and
+deepspeed), DeepSpeed's comm op (ahead-of-time build, load, and what JIT costs first and
+later), the orchestrator's own peak RSS, and ``--jobs``: measured on this machine, and
+how many items would run at once on a reference GPU box. ``bench.json`` keeps it all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.environments import Environment, Environments, EnvRequest, UvEnvironments
+from harness.execution.classify import classify
+from harness.execution.launchers import LauncherContext, LaunchRequest, make_launcher
+from harness.execution.metrics import slowest_rank_per_step
+from harness.execution.scheduler import Demand, Machine, items_at_once
+from harness.planning.items import PlannedItem, RunOptions, plan_items
+from harness.records.item import ItemRecord
+from harness.records.run_dir import RunDir
+from repros.runtime.spec import ReproSpec
+
+JsonValue = Any
+
+#: The GPU box ``--jobs`` is projected onto (a common 8-GPU node).
+REFERENCE_GPU_BOX = Machine(cpus=96, memory_bytes=1024 * 2**30, gpus=tuple(str(i) for i in range(8)))
+
+_SHM_OP_TIMING = """
+import json, sys, time
+started = time.perf_counter()
+import deepspeed
+from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+imported = time.perf_counter()
+builder = ShareMemCommBuilder()
+how = sys.argv[1]
+op = builder.jit_load(verbose=False) if how == "jit" else builder.load(verbose=False)
+print(json.dumps({"seconds": time.perf_counter() - imported, "file": getattr(op, "__file__", None)}))
+"""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    run: RunOptions
+    rounds: int = 2
+    out: Path = Path("reports/bench")
+    cold: bool = True
+    jobs_probe: bool = True
+
+
+def _median(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f} {unit}".rstrip()
+
+
+# -- A: bare torchrun ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BareRun:
+    """One item under a bare torchrun: its wall, outcome and step times."""
+
+    wall_s: float
+    outcome: str
+    signature: str | None
+    step_s: float | None
+    step_cpu_s: float | None
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    """``run`` over the items, end to end."""
+
+    wall_s: float
+    records: dict[tuple[str, str, str], ItemRecord]
+    orchestrator_peak_rss_bytes: int | None
+    worker_start_s: dict[str, JsonValue]
+    comm_op_load_s: dict[str, JsonValue]
+    concurrency: dict[str, JsonValue] | None
+
+
+def _median_of(record: ItemRecord, measure: str) -> float | None:
+    figure = record.figure(measure)
+    return figure.steps.median if figure is not None and figure.steps is not None else None
+
+
+def bare_torchrun(env: Environment, item: PlannedItem, spec: ReproSpec, item_dir: Path) -> BareRun:
+    """One item under a plain torchrun (the registered torchrun launcher, timed from start to
+    exit): its wall, and its outcome as the harness classifies it."""
+    launch = make_launcher("torchrun", LauncherContext(log_dir=item_dir.parent)).launch(
+        LaunchRequest(
+            env=env,
+            module=item.module,
+            mode=item.mode,
+            world_size=item.world_size,
+            item_dir=item_dir,
+            timeout_s=item.cell.timeout_s,
+            cell=item.cell.name,
+            params=item.launch_params(),
+        )
+    )
+    observation = classify(item.mode, spec, launch)
+    # The step times exactly as a harness record gives them (metrics), so A and B compare.
+    ranks = [rec for rec in launch.records.values() if rec]
+    steps = slowest_rank_per_step(ranks, "step_time")
+    cpu = slowest_rank_per_step(ranks, "step_cpu_time")
+    return BareRun(
+        wall_s=launch.wall_s,
+        outcome=observation.outcome,
+        signature=observation.signature,
+        step_s=steps.median if steps else None,
+        step_cpu_s=cpu.median if cpu else None,
+    )
+
+
+# -- B: the harness --------------------------------------------------------------------------
+def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs: int = 1) -> HarnessRun:
+    cells = sorted({i.cell.name for i in items})
+    repros = sorted({i.repro_id for i in items})
+    modes = sorted({i.mode for i in items})
+    command = [sys.executable, "-m", "harness", "run", "--matrix", str(opts.matrix.path), "--out", str(out)]
+    command += ["--cells", ",".join(cells), "--repros", ",".join(repros), "--modes", ",".join(modes)]
+    command += ["--jobs", str(jobs), "--launcher", "worker"]
+    if opts.model:
+        command += ["--model", opts.model]
+    if opts.cache_dir_given and opts.cache_dir is not None:
+        command += ["--cache-dir", str(opts.cache_dir)]
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=Path.cwd(), capture_output=True, text=True, check=False)
+    wall_s = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"harness run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    run_dir = RunDir(out)
+    meta = run_dir.read_meta()
+    workers = {name: c.worker or {} for name, c in meta.cells.items()}
+    return HarnessRun(
+        wall_s=wall_s,
+        records={r.key: r for r in run_dir.records()},
+        orchestrator_peak_rss_bytes=meta.orchestrator_peak_rss_bytes,
+        worker_start_s={name: w.get("start_s") for name, w in workers.items()},
+        comm_op_load_s={name: (w.get("comm_op") or {}).get("seconds") for name, w in workers.items()},
+        concurrency=meta.concurrency,
+    )
+
+
+# -- environments and JIT --------------------------------------------------------------------
+def warm_environment_times(opts: RunOptions, items: Sequence[PlannedItem]) -> dict[str, float]:
+    """Seconds for a cached cell's environment to be ready, as a new run finds it."""
+    cache = opts.cache_dir
+    assert cache is not None
+    times: dict[str, float] = {}
+    for cell in {i.cell.name: i.cell for i in items}.values():
+        started = time.perf_counter()
+        Environments(cache).for_cell(cell)
+        times[cell.name] = time.perf_counter() - started
+    return times
+
+
+def _op_timing(env: Environment, how: str, extensions: Path) -> dict[str, Any]:
+    environment = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "LOCAL_SIZE": "1"}
+    proc = subprocess.run(
+        [env.python, "-c", _SHM_OP_TIMING, how], capture_output=True, text=True, env=environment, check=False
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr or proc.stdout)[-400:]}
+    return dict(json.loads(lines[-1]))
+
+
+def cold_environments(opts: RunOptions, cell_item: PlannedItem, scratch: Path) -> dict[str, Any]:
+    """A cold build of one cell into a scratch cache (uv's own cache as it is), then a second
+    environment with the same torch and deepspeed, then the comm op: prebuilt, and by JIT."""
+    index = Environments(scratch).index
+    builder = UvEnvironments(scratch, index)
+    cell = cell_item.cell
+    request = EnvRequest(
+        packages=cell.packages,
+        python=cell.python,
+        exclude_newer=cell.exclude_newer,
+        exclude_packages=cell.exclude_packages,
+    )
+    started = time.perf_counter()
+    env = builder.get(request)
+    cold_s = time.perf_counter() - started
+    started = time.perf_counter()
+    UvEnvironments(scratch, index).get(request)
+    warm_s = time.perf_counter() - started
+    # Another environment with the same (torch, deepspeed) pair: a different key, same stack.
+    sibling_request = replace(request, exclude_newer="2999-01-01")
+    started = time.perf_counter()
+    sibling = builder.get(sibling_request)
+    sibling_s = time.perf_counter() - started
+    jit_dir = scratch / "jit-probe"
+    return {
+        "cell": cell.name,
+        "cold_build_s": cold_s,
+        "deepspeed_step": env.deepspeed_ops,
+        "warm_ready_s": warm_s,
+        "same_pair_build_s": sibling_s,
+        "same_pair_deepspeed_step": sibling.deepspeed_ops,
+        "op_load_prebuilt": _op_timing(env, "load", jit_dir),
+        "op_jit_first": _op_timing(env, "jit", jit_dir),
+        "op_jit_later": _op_timing(env, "jit", jit_dir),
+        "op_jit_other_env_same_dir": _op_timing(sibling, "jit", jit_dir),
+    }
+
+
+def jit_ops_present(envs: Iterable[Environment]) -> dict[str, list[str]]:
+    """Which JIT-built ops each environment's extensions directory holds (none expected)."""
+    found = {}
+    for env in envs:
+        directory = Path(env.extensions_dir)
+        found[env.key] = sorted(p.name for p in directory.iterdir() if p.is_dir()) if directory.exists() else []
+    return found
+
+
+# -- the whole benchmark ---------------------------------------------------------------------
+def run_bench(bench: BenchOptions, console: Console) -> int:
+    opts = bench.run
+    plan = plan_items(opts)
+    items = plan.items
+    if not items:
+        console.print("nothing to benchmark: the selection plans no items")
+        return 2
+    out = bench.out
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(f"bench: {len(items)} items, {bench.rounds} rounds of bare torchrun and harness → {out}")
+    assert opts.cache_dir is not None
+    environments = Environments(opts.cache_dir)
+    envs: dict[str, Environment] = {}
+    for cell in {i.cell.name: i.cell for i in items}.values():
+        resolved = environments.for_cell(cell)
+        if resolved.env is None:
+            console.print(f"{cell.name}: environment unavailable, its items are left out: {resolved.reason}")
+        else:
+            envs[cell.name] = resolved.env
+    items = [i for i in items if i.cell.name in envs]
+    result: dict[str, Any] = {"items": [i.id.label() for i in items], "rounds": bench.rounds}
+    result["warm_env_ready_s"] = warm_environment_times(opts, items)
+
+    bare: dict[str, list[BareRun]] = {i.id.label(): [] for i in items}
+    harness: list[HarnessRun] = []
+    for round_no in range(1, bench.rounds + 1):
+        started = time.perf_counter()
+        for item in items:
+            item_dir = out / f"bare-{round_no}" / item.cell.name / f"{item.repro_id}-{item.mode}"
+            spec = opts.discovery.repros[item.repro_id].spec
+            bare[item.id.label()].append(bare_torchrun(envs[item.cell.name], item, spec, item_dir))
+        console.print(f"round {round_no}: bare torchrun {time.perf_counter() - started:.1f} s")
+        run = harness_run(opts, items, out / f"harness-{round_no}")
+        harness.append(run)
+        console.print(f"round {round_no}: harness {run.wall_s:.1f} s")
+
+    per_item = []
+    identical = True
+    for item in items:
+        key = (item.cell.name, item.repro_id, item.mode)
+        label = item.id.label()
+        seen_bare = {(b.outcome, b.signature) for b in bare[label]}
+        seen_harness = {(str(h.records[key].outcome), h.records[key].signature) for h in harness}
+        runs = [
+            {"run": f"bare-{n}", "outcome": b.outcome, "signature": b.signature} for n, b in enumerate(bare[label], 1)
+        ]
+        runs += [
+            {"run": f"harness-{n}", "outcome": h.records[key].outcome, "signature": h.records[key].signature}
+            for n, h in enumerate(harness, 1)
+        ]
+        same = len(seen_bare | seen_harness) == 1
+        identical &= same
+        per_item.append(
+            {
+                "item": label,
+                "bare_s": _median(b.wall_s for b in bare[label]),
+                "harness_s": _median(h.records[key].wall_s for h in harness),
+                "outcomes": sorted({o for o, _ in seen_bare | seen_harness}),
+                "identical": same,
+                "runs": runs,
+                "step_s_bare": [b.step_s for b in bare[label]],
+                "step_s_harness": [_median_of(h.records[key], "step_time") for h in harness],
+                "step_cpu_s_bare": [b.step_cpu_s for b in bare[label]],
+                "step_cpu_s_harness": [_median_of(h.records[key], "step_cpu_time") for h in harness],
+            }
+        )
+    bare_totals = [sum(bare[i.id.label()][r].wall_s for i in items) for r in range(bench.rounds)]
+    harness_totals = [h.wall_s for h in harness]
+    result.update(
+        per_item=per_item,
+        bare_totals_s=bare_totals,
+        harness_totals_s=harness_totals,
+        ratio=statistics.median(harness_totals) / statistics.median(bare_totals),
+        identical_outcomes=identical,
+        orchestrator_peak_rss_bytes=[h.orchestrator_peak_rss_bytes for h in harness],
+        worker_start_s=[h.worker_start_s for h in harness],
+        comm_op_load_s=[h.comm_op_load_s for h in harness],
+        jit_ops_in_environments=jit_ops_present(envs.values()),
+    )
+    result["step_time_spread"] = step_time_spread(per_item)
+    result["step_cpu_time_spread"] = step_time_spread(per_item, "step_cpu_s")
+    result["model"] = opts.model or "each cell's own"
+
+    machine = Machine.detect()
+    demand = Demand.for_item(max(i.world_size for i in items), machine)
+    gpu_demand = Demand.for_item(max(i.world_size for i in items), REFERENCE_GPU_BOX)
+    result["jobs"] = {
+        "machine": machine.describe(),
+        "items_at_once_here": items_at_once(machine, demand, 0),
+        "reference_gpu_box": REFERENCE_GPU_BOX.describe(),
+        "items_at_once_gpu_box": items_at_once(REFERENCE_GPU_BOX, gpu_demand, 0),
+    }
+    if bench.jobs_probe:
+        run = harness_run(opts, items, out / "harness-jobs", jobs=0)
+        result["jobs"].update(wall_s=run.wall_s, speedup=statistics.median(harness_totals) / run.wall_s)
+        result["jobs"]["concurrency"] = run.concurrency
+    if bench.cold:
+        scratch = Path(tempfile.mkdtemp(prefix="cold-", dir=out))
+        try:
+            result["cold"] = cold_environments(opts, items[0], scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    print_bench(console, result)
+    return 0 if identical else 1
+
+
+def step_time_spread(per_item: list[dict[str, Any]], figure: str = "step_s") -> dict[str, Any]:
+    """The fixed trainer's median step time (``step_s``: wall; ``step_cpu_s``: process CPU time),
+    run to run: each item's (max - min) / median."""
+    rows = []
+    for row in per_item:
+        if not row["item"].endswith("/fixed"):
+            continue
+        values = [v for v in [*row.get(f"{figure}_bare", []), *row.get(f"{figure}_harness", [])] if v]
+        if len(values) >= 2:
+            mid = statistics.median(values)
+            rows.append({"item": row["item"], "median_s": mid, "spread": (max(values) - min(values)) / mid})
+    spreads = [r["spread"] for r in rows]
+    return {
+        "items": rows,
+        "median_spread": _median(spreads),
+        "max_spread": max(spreads) if spreads else None,
+    }
+
+
+def print_bench(console: Console, result: dict[str, Any]) -> None:
+    table = Table(title="per item: median wall over the rounds")
+    for column in ("item", "bare torchrun", "harness", "harness/bare", "outcome", "same in all runs"):
+        table.add_column(column)
+    for row in result["per_item"]:
+        ratio = row["harness_s"] / row["bare_s"] if row["bare_s"] and row["harness_s"] else None
+        table.add_row(
+            row["item"],
+            _fmt(row["bare_s"]),
+            _fmt(row["harness_s"]),
+            _fmt(ratio, "", 2),
+            ",".join(row["outcomes"]),
+            "yes" if row["identical"] else "NO",
+        )
+    console.print(table)
+    bare, harness = _median(result["bare_totals_s"]), _median(result["harness_totals_s"])
+    console.print(
+        f"lane total, median of {result['rounds']} rounds: bare torchrun {_fmt(bare)} "
+        f"(rounds: {', '.join(_fmt(t) for t in result['bare_totals_s'])}), harness end to end {_fmt(harness)} "
+        f"(rounds: {', '.join(_fmt(t) for t in result['harness_totals_s'])}); ratio harness/bare {result['ratio']:.3f}"
+    )
+    console.print(f"identical outcomes and signatures, bare and harness, every round: {result['identical_outcomes']}")
+    for row in result["per_item"]:
+        if not row["identical"]:
+            seen = ", ".join(
+                f"{r['run']} {r['outcome']}" + (f" ({r['signature']})" if r["signature"] else "") for r in row["runs"]
+            )
+            console.print(f"  differs: {row['item']}: {seen}", highlight=False)
+    rss = [r for r in result["orchestrator_peak_rss_bytes"] if r]
+    console.print(f"orchestrator peak RSS: {', '.join(f'{r / 2**20:.0f} MiB' for r in rss)}")
+    starts = [s for run in result["worker_start_s"] for s in run.values() if s]
+    console.print(f"cell workers ready (imports + comm op): median {_fmt(_median(starts))} over {len(starts)} starts")
+    loads = [s for run in result["comm_op_load_s"] for s in run.values() if s is not None]
+    console.print(f"DeepSpeed comm op loaded in the workers: median {_fmt(_median(loads), 's', 2)}")
+    warm = result["warm_env_ready_s"]
+    console.print(
+        f"cached cell's environment ready: median {_fmt(_median(warm.values()), 's', 2)}, "
+        f"max {_fmt(max(warm.values()), 's', 2)} over {len(warm)} cells"
+    )
+    console.print(f"JIT-built ops in the environments: {result['jit_ops_in_environments']}")
+    for key, what in (("step_time_spread", "wall"), ("step_cpu_time_spread", "process CPU")):
+        spread = result[key]
+        console.print(
+            f"fixed trainer's {what} time per step, run to run ((max-min)/median over {2 * result['rounds']} runs "
+            f"each; model {result['model']}): median {_fmt((spread['median_spread'] or 0) * 100, '%', 1)}, "
+            f"max {_fmt((spread['max_spread'] or 0) * 100, '%', 1)}"
+        )
+        for row in spread["items"]:
+            console.print(f"  {row['item']}: {row['median_s'] * 1000:.0f} ms, spread {row['spread'] * 100:.1f}%")
+    jobs = result["jobs"]
+    line = f"--jobs: here ({jobs['machine']}) {jobs['items_at_once_here']} item(s) at once"
+    if "wall_s" in jobs:
+        line += f"; --jobs 0 took {_fmt(jobs['wall_s'])}, speedup {jobs['speedup']:.2f}x over --jobs 1"
+    line += f"; on {jobs['reference_gpu_box']}: {jobs['items_at_once_gpu_box']} items at once"
+    console.print(line)
+    cold = result.get("cold")
+    if cold:
+        step = cold.get("deepspeed_step") or {}
+        sibling = cold.get("same_pair_deepspeed_step") or {}
+        console.print(
+            f"environments ({cold['cell']}, scratch cache, uv's cache warm): cold build {_fmt(cold['cold_build_s'])} "
+            f"(deepspeed with its comm op compiled ahead of time: {_fmt(step.get('seconds'))}), "
+            f"then ready in {_fmt(cold['warm_ready_s'], 's', 2)}; a second environment of the same torch and "
+            f"deepspeed: {_fmt(cold['same_pair_build_s'])} (deepspeed: {_fmt(sibling.get('seconds'))}, "
+            f"prebuilt {sibling.get('prebuilt')})"
+        )
+        console.print(
+            "DeepSpeed comm op: prebuilt load "
+            f"{_fmt(cold['op_load_prebuilt'].get('seconds'), 's', 2)}; by JIT: first use "
+            f"{_fmt(cold['op_jit_first'].get('seconds'))}, "
+            f"later use {_fmt(cold['op_jit_later'].get('seconds'), 's', 2)}, "
+            "another environment of the same pair in the same directory "
+            f"{_fmt(cold['op_jit_other_env_same_dir'].get('seconds'))}"
+        )

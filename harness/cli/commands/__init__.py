@@ -1,0 +1,41 @@
+"""The command-line verbs, one class each (``base.Command``), in the order ``--help`` lists them.
+
+A new verb is one module with a ``Command`` subclass, plus its line in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+from harness.cli.commands.base import Command
+from harness.cli.commands.bench import BenchCommand
+from harness.cli.commands.bisect import BisectCommand
+from harness.cli.commands.cache import CacheCommand
+from harness.cli.commands.catalog import CatalogCommand
+from harness.cli.commands.compare import CompareCommand
+from harness.cli.commands.costs import CostsCommand
+from harness.cli.commands.explain import ExplainCommand
+from harness.cli.commands.grid import GridCommand
+from harness.cli.commands.init import InitCommand
+from harness.cli.commands.listing import ListCommand
+from harness.cli.commands.merge import MergeCommand
+from harness.cli.commands.report import ReportCommand
+from harness.cli.commands.run import RunCommand
+from harness.cli.commands.watch import WatchCommand
+
+COMMANDS: tuple[type[Command], ...] = (
+    InitCommand,
+    RunCommand,
+    MergeCommand,
+    BisectCommand,
+    WatchCommand,
+    BenchCommand,
+    CostsCommand,
+    GridCommand,
+    CompareCommand,
+    ExplainCommand,
+    ReportCommand,
+    ListCommand,
+    CatalogCommand,
+    CacheCommand,
+)
+
+__all__ = ["COMMANDS", "Command"]

@@ -1,0 +1,73 @@
+"""``bisect``: which release (or day) of a package changed a repro's outcome."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from packaging.utils import canonicalize_name
+from rich.console import Console
+
+from harness.analysis.bisect.runner import BisectOptions, execute_bisect
+from harness.cli import options
+from harness.cli.commands.base import Command
+
+
+class BisectCommand(Command):
+    name = "bisect"
+    help = "find the release of a package that changed a repro's outcome"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--repro", required=True)
+        parser.add_argument("--mode", default="bug")
+        parser.add_argument("--package", help="the package whose releases to bisect")
+        parser.add_argument("--good", required=True, help="a release (a date with --by-date) with the good outcome")
+        parser.add_argument("--bad", required=True, help="a release (a date with --by-date) with the bad outcome")
+        parser.add_argument(
+            "--by-date",
+            action="store_true",
+            help="bisect over days: resolve the base cell's packages, unpinned, as of each day",
+        )
+        parser.add_argument(
+            "--hold",
+            action="append",
+            default=[],
+            metavar="PKG",
+            help="with --by-date: keep this package at the base cell's spec (repeatable; e.g. torch)",
+        )
+        options.add_cli_options(parser, ("matrix",))
+        parser.add_argument("--cell", help="the base cell (default: the first cell of the default lane)")
+        options.add_cli_options(parser, ("out", "reports_dir", "cache_dir", "cache_max_gb"))
+        parser.add_argument("--pre", action="store_true", help="include pre-releases")
+        parser.add_argument(
+            "--verify",
+            type=int,
+            default=0,
+            metavar="K",
+            help="probe K more untested releases to catch a non-monotonic history",
+        )
+        options.add_cli_options(parser, ("repros_dir", "as_of"))
+
+    def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
+        matrix, discovery = options.load(args.matrix, args.repros_dir)
+        opts = BisectOptions(
+            matrix=matrix,
+            discovery=discovery,
+            repro=args.repro,
+            mode=args.mode,
+            package=canonicalize_name(args.package) if args.package else None,
+            by_date=args.by_date,
+            hold=tuple(canonicalize_name(h) for h in args.hold),
+            good=args.good,
+            bad=args.bad,
+            cache_dir=options.cache_dir(args.cache_dir),
+            cell=args.cell,
+            out_dir=args.out,
+            reports_dir=args.reports_dir,
+            pre=args.pre,
+            verify=args.verify,
+            repros_dirs=tuple(d.resolve() for d in args.repros_dir),
+            as_of=args.as_of,
+            cache_max_gb=args.cache_max_gb,
+        )
+        return execute_bisect(opts, console)

@@ -1,0 +1,297 @@
+"""Options defined once, for the command line and the pytest plugin alike.
+
+Each ``Option`` names its destination, its flags, its help and how its value is read; the CLI
+verbs (``harness/cli/commands``) and the pytest plugin (``harness/pytest_plugin.py``) add the
+ones they take from this table, and ``selection`` turns the values into ``RunOptions``. Under
+pytest, an option whose CLI flag is too generic for a pytest session that loads many plugins
+(``--out``, ``--launcher``) has a ``repro-`` prefixed flag instead (``pytest_flags``).
+
+Where the matrix comes from: ``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.locate import DEFAULT_MATRIX_NAME, MATRIX_VARIABLE, find_matrix
+from harness.config.matrix import Matrix, declared_repros_dirs, load_matrix
+from harness.config.repros import Discovery, discover
+from harness.core.errors import UserError
+from harness.environments import default_cache_dir
+from harness.execution.launchers import LAUNCHERS, default_launcher
+from harness.planning.items import RunOptions
+from repros.runtime.spec import MODES
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    flags: tuple[str, ...]
+    help: str
+    #: ``text``, ``csv`` (comma-separated, repeatable), ``path``, ``paths`` (repeatable), ``choice``, ``int``,
+    #: ``date`` (YYYY-MM-DD, up to today), ``gb`` (a size in GB, more than 0).
+    kind: str = "text"
+    #: What it accepts: a fixed tuple, or a registry read when the value is checked (a later
+    #: registration counts).
+    choices: Collection[str] = ()
+    default: Callable[[], Any] | None = None
+    metavar: str | None = None
+    #: The flags under pytest, where they differ from ``flags``.
+    pytest_flags: tuple[str, ...] | None = None
+
+    def argparse_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help}
+        if self.metavar:
+            kwargs["metavar"] = self.metavar
+        if self.kind in ("csv", "paths"):
+            kwargs["action"] = "append"
+            kwargs["default"] = []
+        if self.kind in ("path", "paths"):
+            kwargs["type"] = Path
+        if self.kind == "int":
+            kwargs["type"] = whole_number(self.flags[0])
+        if self.kind == "date":
+            kwargs["type"] = _past_day(self.flags[0])
+        if self.kind == "gb":
+            kwargs["type"] = gigabytes(self.flags[0])
+        if self.kind == "choice":
+            kwargs["choices"] = self.choices
+        if self.default is not None and self.kind not in ("csv", "paths"):
+            kwargs["default"] = self.default()
+        return kwargs
+
+
+def _past_day(flag: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        try:
+            day = dt.date.fromisoformat(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes a day, YYYY-MM-DD, not {value!r}") from None
+        if day > dt.date.today():
+            raise argparse.ArgumentTypeError(f"{flag} {value} is in the future: give a day up to today")
+        return day.isoformat()
+
+    return parse
+
+
+def gigabytes(flag: str) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not 0 < number < 1e6:
+            raise argparse.ArgumentTypeError(f"{flag} takes a size in GB greater than 0, not {value!r}")
+        return number
+
+    return parse
+
+
+def whole_number(flag: str) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = -1
+        if number < 0:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number (0 or more), not {value!r}")
+        return number
+
+    return parse
+
+
+OPTIONS: dict[str, Option] = {
+    o.dest: o
+    for o in (
+        Option(
+            "matrix",
+            ("--matrix",),
+            f"matrix file (default: ./{DEFAULT_MATRIX_NAME}, else ${MATRIX_VARIABLE})",
+            kind="path",
+        ),
+        Option("lane", ("--lane",), "run the cells of this lane (default: the matrix's default_lane)"),
+        Option(
+            "cells",
+            ("--cells",),
+            "cell names, comma-separated (repeatable)",
+            kind="csv",
+            pytest_flags=("--cells", "--cell"),
+        ),
+        Option(
+            "repros",
+            ("--repros",),
+            "repro ids, comma-separated, e.g. F1,F5 (default: all, or the matrix's own)",
+            kind="csv",
+        ),
+        Option("modes", ("--modes",), f"modes, comma-separated (default: {','.join(MODES)})", kind="csv"),
+        Option(
+            "repros_dir",
+            ("--repros-dir",),
+            "also load the repro files in DIR (repeatable; also $FT_REGRESS_REPROS)",
+            kind="paths",
+            metavar="DIR",
+        ),
+        Option(
+            "out",
+            ("--out",),
+            "the run's output directory (default: <reports dir>/<run-id>)",
+            kind="path",
+            pytest_flags=("--repro-out",),
+        ),
+        Option("cache_dir", ("--cache-dir",), f"environment cache (default: {default_cache_dir()})", kind="path"),
+        Option(
+            "cache_max_gb",
+            ("--cache-max-gb",),
+            "the environment cache's budget in GB: before a build, the least recently used environments not "
+            "in use are removed to fit (default: $FT_REGRESS_CACHE_MAX_GB, else half of what the cache and the "
+            "free space of its disk come to)",
+            kind="gb",
+            metavar="GB",
+        ),
+        Option(
+            "launcher",
+            ("--launcher",),
+            "worker: fork each item's ranks from the cell's pre-imported worker "
+            "(default, or $FT_REGRESS_LAUNCHER); torchrun: a bare torchrun per item",
+            kind="choice",
+            choices=LAUNCHERS,
+            pytest_flags=("--repro-launcher",),
+        ),
+        Option(
+            "jobs",
+            ("--jobs",),
+            "run up to N items at once where the cores, memory and GPUs allow it (default 1; 0: as many as fit)",
+            kind="int",
+            metavar="N",
+        ),
+        Option(
+            "reruns",
+            ("--reruns",),
+            "run an item again, up to N times, while its outcome contradicts its "
+            "expectation; every attempt is kept, and one that matches on a rerun is reported flaky (default 0)",
+            kind="int",
+            metavar="N",
+        ),
+        Option(
+            "as_of",
+            ("--as-of",),
+            "resolve floating specs (ranges, ~=, *) to what was released before this day; exact pins stay as "
+            "written (default: now)",
+            kind="date",
+            metavar="YYYY-MM-DD",
+        ),
+        Option(
+            "repeat",
+            ("--repeat",),
+            "run every selected item N times, each attempt recorded: per item the count of each outcome, "
+            "and FLAKY where the attempts disagree (default 1)",
+            kind="int",
+            metavar="N",
+        ),
+        Option(
+            "reports_dir",
+            ("--reports-dir",),
+            "where run directories go (default: reports)",
+            kind="path",
+            default=lambda: Path("reports"),
+        ),
+        Option(
+            "model",
+            ("--model",),
+            "the test model's size for every selected cell: tiny (correctness) or small "
+            "(measuring; tens of millions of parameters); default: each cell's own (matrix 'model:')",
+            kind="choice",
+            choices=("tiny", "small"),
+            pytest_flags=("--repro-model",),
+        ),
+    )
+}
+
+
+def add_cli_options(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+    for name in names:
+        option = OPTIONS[name]
+        parser.add_argument(*option.flags, **option.argparse_kwargs())
+
+
+def add_pytest_options(group: Any, names: Iterable[str]) -> None:
+    """Add the options to a pytest option group, with the ``ft_`` prefix on each destination."""
+    for name in names:
+        option = OPTIONS[name]
+        kwargs = option.argparse_kwargs()
+        kwargs["dest"] = f"ft_{option.dest}"
+        if "type" in kwargs and option.kind in ("path", "paths"):
+            kwargs.pop("type")  # pytest paths are resolved against the invocation directory by the plugin
+        group.addoption(*(option.pytest_flags or option.flags), **kwargs)
+
+
+def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    """Comma-separated values, from one string or several (a repeated option)."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+def check_repros_dirs(repros_dirs: Sequence[Path]) -> list[Path]:
+    for directory in repros_dirs:
+        if not Path(directory).is_dir():
+            raise UserError(directory, "--repros-dir", "is not a directory", "pass the directory of your repro files")
+    return [Path(d).resolve() for d in repros_dirs]
+
+
+def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
+    """The matrix and the repros it can name (built-in, ``--repros-dir``, the matrix's ``repros_dirs``
+    and ``$FT_REGRESS_REPROS``)."""
+    given = check_repros_dirs(repros_dirs)
+    path = find_matrix(matrix, cwd)
+    discovery = discover([*given, *declared_repros_dirs(path)])
+    return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
+
+
+def cache_dir(value: Path | None) -> Path:
+    return Path(value or default_cache_dir()).expanduser().resolve()
+
+
+def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -> RunOptions:
+    """``RunOptions`` from option values by destination (the CLI's namespace, or the plugin's)."""
+    repros_dirs = tuple(Path(d).resolve() for d in values.get("repros_dir") or [])
+    matrix, discovery = load(values.get("matrix"), repros_dirs, cwd)
+    given_cache = values.get("cache_dir")
+    fields: dict[str, Any] = {
+        "matrix": matrix,
+        "discovery": discovery,
+        "lane": values.get("lane"),
+        "cells": csv(values.get("cells")),
+        "repros": csv(values.get("repros")),
+        "modes": csv(values.get("modes")) or MODES,
+        "cache_dir": cache_dir(given_cache),
+        "cache_dir_given": given_cache is not None,
+        "cache_max_gb": values.get("cache_max_gb"),
+        "repros_dirs": repros_dirs,
+    }
+    fields["model"] = values.get("model")
+    fields["launcher"] = values.get("launcher") or default_launcher()
+    fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
+    fields["reruns"] = values.get("reruns") or 0
+    fields["as_of"] = values.get("as_of")
+    if values.get("repeat") == 0:
+        raise UserError("--repeat", "0", "runs nothing", "pass 1 or more (the number of times each item runs)")
+    fields["repeat"] = values.get("repeat") or 1
+    if fields["reruns"] and fields["repeat"] > 1:
+        raise UserError(
+            "--repeat",
+            str(fields["repeat"]),
+            "cannot be combined with --reruns",
+            "--repeat runs every item N times; --reruns runs again only what contradicts its expectation: give one",
+        )
+    if values.get("reports_dir") is not None:
+        fields["reports_dir"] = values["reports_dir"]
+    fields.update(more)
+    return RunOptions(**fields)

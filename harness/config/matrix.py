@@ -1,0 +1,370 @@
+"""matrix.yaml: load, validate against the schema, and resolve cells.
+
+A cell inherits ``defaults`` and overrides what it names; a package set to ``null``
+is not installed. Nothing here depends on a cell's name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+from collections.abc import Collection, Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from harness.config.grid import load_grid
+from harness.config.model import DEFAULT_PYTHON, DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Cell, Exclude, Matrix
+from harness.config.yaml_safety import UniqueKeyLoader, refuse_alias_bombs
+from harness.core.errors import UserError
+from harness.core.names import one_of, unknown_repro_fix
+from harness.environments import DEFAULT_PROVIDER, PROVIDERS, provider_class
+from harness.environments.passthrough import PassthroughProvider
+from harness.environments.specs import NEWEST
+
+MATRIX_FORMAT_HINT = "see docs/matrix.md, 'matrix.yaml format'"
+#: A matrix is a few kilobytes; anything far larger is a mistake or an attack.
+MAX_MATRIX_BYTES = 1 << 20
+#: Per-item timeouts above a week are typos (and ``.inf`` is no timeout at all).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _is_echo(error: jsonschema.ValidationError) -> bool:
+    if error.validator not in ("additionalProperties", "unevaluatedProperties") or not isinstance(error.instance, dict):
+        return False
+    allowed = set(_properties(error))
+    if error.validator == "unevaluatedProperties":
+        allowed |= set(_schema()["$defs"]["settings"]["properties"])
+    return not (set(error.instance) - allowed)
+
+
+def _check_numbers(path: Path, data: dict[str, Any]) -> None:
+    """What JSON Schema cannot say about numbers: NaN passes every comparison."""
+    tables = [("defaults", data.get("defaults") or {})]
+    tables += [(f"cells.{name}", cell) for name, cell in (data.get("cells") or {}).items()]
+    for where, table in tables:
+        timeout = table.get("timeout_s")
+        if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+            raise UserError(
+                path,
+                f"{where}.timeout_s",
+                f"{timeout!r} is not a usable timeout",
+                f"give the seconds an item may take, more than 0 and at most {MAX_TIMEOUT_S:.0f}",
+            )
+
+
+def _schema() -> dict[str, Any]:
+    text = resources.files("harness.config").joinpath("matrix.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _properties(error: jsonschema.ValidationError) -> dict[str, Any]:
+    """The properties the failing part of the schema allows."""
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    properties = schema.get("properties", {})
+    return dict(properties) if isinstance(properties, Mapping) else {}
+
+
+def _field(path: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _schema_error(path: Path, error: jsonschema.ValidationError) -> UserError:
+    where = list(error.absolute_path)
+    field = _field(where)
+    if error.validator in ("additionalProperties", "unevaluatedProperties"):
+        allowed = sorted(_properties(error))
+        if error.validator == "unevaluatedProperties":
+            allowed = sorted({*allowed, *_schema()["$defs"]["settings"]["properties"]})
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        unknown = extra[0] if extra else "?"
+        hint = f"allowed keys here: {', '.join(allowed)}" if allowed else MATRIX_FORMAT_HINT
+        return UserError(path, _field([*where, unknown]), f"unknown key {unknown!r}", f"remove or rename it ({hint})")
+    if error.validator == "required":
+        return UserError(path, field, error.message, f"add it ({MATRIX_FORMAT_HINT})")
+    if error.validator == "pattern" or (error.validator == "propertyNames"):
+        return UserError(
+            path,
+            field,
+            f"{error.instance!r} is not an allowed name",
+            "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
+        )
+    if error.validator == "const" and where == ["version"]:
+        return UserError(
+            path, field, f"matrix format version {error.instance!r} is not supported", "write 'version: 1'"
+        )
+    return UserError(path, field, error.message, f"correct the value ({MATRIX_FORMAT_HINT})")
+
+
+def _check_specifier(path: Path, field: str, package: str, spec: str) -> str:
+    spec = spec.strip()
+    if spec == NEWEST:
+        return spec  # the newest release, resolved afresh for each run
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier:
+        fix = (
+            f"write a PEP 440 specifier such as '=={_example_version(spec)}' or '>=1.0,<2.0', "
+            f"or null to leave {package} out"
+        )
+        raise UserError(path, field, f"{spec!r} is not a valid PEP 440 version specifier", fix) from None
+    if not spec:
+        raise UserError(
+            path,
+            field,
+            "an empty specifier would install any version",
+            f"pin it (e.g. '==1.2.3'), write '{NEWEST}' for the newest release, or null to leave {package} out",
+        )
+    return spec
+
+
+def _example_version(spec: str) -> str:
+    digits = "".join(ch if ch.isdigit() or ch == "." else ("." if ch == "," else "") for ch in spec).strip(".")
+    return digits or "1.2.3"
+
+
+def _merge_packages(path: Path, cell_name: str, defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for source, table in (("defaults", defaults), (f"cells.{cell_name}", own)):
+        spelled: dict[str, str] = {}
+        for package, spec in table.items():
+            key = canonicalize_name(package)
+            if key in spelled:
+                raise UserError(
+                    path,
+                    f"{source}.packages.{package}",
+                    f"names the same package as {spelled[key]!r} ({key})",
+                    "keep one of the two spellings",
+                )
+            spelled[key] = package
+            if spec is None:
+                merged.pop(key, None)
+                continue
+            merged[key] = _check_specifier(path, f"{source}.packages.{package}", package, spec)
+    return merged
+
+
+def _exclusions(
+    path: Path, cell_name: str, raw: dict[str, Any], defaults: dict[str, Any], packages: dict[str, str]
+) -> tuple[str, ...]:
+    """The cell's ``exclude_packages`` (its own list replaces the defaults'), canonical names.
+    A package both installed and excluded is a contradiction, refused here."""
+    source = f"cells.{cell_name}" if "exclude_packages" in raw else "defaults"
+    names = raw.get("exclude_packages", defaults.get("exclude_packages")) or []
+    excluded: list[str] = []
+    for i, name in enumerate(names):
+        key = canonicalize_name(name)
+        if key in excluded:
+            raise UserError(
+                path, f"{source}.exclude_packages[{i}]", f"names {key} twice", "keep one of the two spellings"
+            )
+        if key in packages:
+            raise UserError(
+                path,
+                f"{source}.exclude_packages[{i}]",
+                f"excludes {name!r}, which cell {cell_name} installs ({key}{packages[key]})",
+                f"remove it from exclude_packages, or set packages.{name}: null in cells.{cell_name}",
+            )
+        excluded.append(key)
+    return tuple(sorted(excluded))
+
+
+def _check_date(path: Path, field: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(
+            path, field, f"{value!r} is not a date", "write an ISO date such as '2026-06-30' or an RFC 3339 time"
+        ) from None
+    return value
+
+
+def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collection[str]) -> Matrix:
+    """Read and validate ``path``; raise ``UserError`` naming the field and the fix."""
+    path = Path(path)
+    try:
+        raw_bytes = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(path, "", "no such matrix file", "pass --matrix with the path of an existing file") from None
+    except OSError as exc:
+        raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    if len(raw_bytes) > MAX_MATRIX_BYTES:
+        raise UserError(
+            path, "", f"is {len(raw_bytes)} bytes, more than a matrix needs", f"keep it under {MAX_MATRIX_BYTES} bytes"
+        )
+    try:
+        refuse_alias_bombs(path, raw_bytes)
+        data = yaml.load(raw_bytes, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark else "somewhere"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(path, line, f"is not valid YAML ({problem})", "fix the syntax there") from None
+    if not isinstance(data, dict):
+        raise UserError(path, "", "is not a mapping", f"start from the example ({MATRIX_FORMAT_HINT})")
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = list(validator.iter_errors(data))
+    # A property whose value fails its own check is also reported as "unevaluated" by the
+    # enclosing schema; that echo names no key of its own: report the real error instead.
+    real = [e for e in errors if not _is_echo(e)]
+    error = jsonschema.exceptions.best_match(real or errors)
+    if error is not None:
+        raise _schema_error(path, error)
+    _check_numbers(path, data)
+
+    defaults: dict[str, Any] = data.get("defaults") or {}
+    cells_raw: dict[str, dict[str, Any]] = data["cells"]
+    declared_lanes: dict[str, str] = dict(data.get("lanes") or {})
+    for name, cell in cells_raw.items():
+        for i, lane in enumerate(cell.get("lanes", [])):
+            if lane not in declared_lanes:
+                known = (
+                    f"or use one of: {', '.join(sorted(declared_lanes))}" if declared_lanes else "(no lane is declared)"
+                )
+                raise UserError(
+                    path,
+                    f"cells.{name}.lanes[{i}]",
+                    f"unknown lane {lane!r}",
+                    f"declare it under 'lanes:' ({lane}: \"what it is for\") {known}",
+                )
+    lanes = declared_lanes
+
+    cells: dict[str, Cell] = {}
+    for name, raw in cells_raw.items():
+        packages = _merge_packages(path, name, defaults.get("packages") or {}, raw.get("packages") or {})
+        provider = _provider(path, name, raw, defaults)
+        if not packages and provider_class(provider).installs_packages:
+            raise UserError(
+                path,
+                f"cells.{name}.packages",
+                "the cell installs no packages",
+                f"list its packages (or defaults.packages), or name a provider that installs none "
+                f"(provider: {PassthroughProvider.name})",
+            )
+        cell_repros = raw.get("repros")
+        for i, repro in enumerate(cell_repros or []):
+            if repro not in known_repros:
+                raise UserError(
+                    path,
+                    f"cells.{name}.repros[{i}]",
+                    f"unknown repro {repro!r}",
+                    unknown_repro_fix(repro, known_repros),
+                )
+        exclude_newer = raw.get("exclude_newer", defaults.get("exclude_newer"))
+        cells[name] = Cell(
+            name=name,
+            packages=packages,
+            lanes=tuple(raw.get("lanes", [])),
+            world_size=int(raw.get("world_size", defaults.get("world_size", DEFAULT_WORLD_SIZE))),
+            python=str(raw.get("python", defaults.get("python", DEFAULT_PYTHON))),
+            timeout_s=float(raw.get("timeout_s", defaults.get("timeout_s", DEFAULT_TIMEOUT_S))),
+            exclude_newer=_check_date(path, f"cells.{name}.exclude_newer", exclude_newer),
+            provider=provider,
+            repros=tuple(cell_repros) if cell_repros is not None else None,
+            description=str(raw.get("description", "")),
+            model=str(raw.get("model", defaults.get("model", "tiny"))),
+            prerelease=bool(raw.get("prerelease", defaults.get("prerelease", False))),
+            exclude_packages=_exclusions(path, name, raw, defaults, packages),
+        )
+
+    excludes: list[Exclude] = []
+    for i, raw in enumerate(data.get("exclude") or []):
+        if "cell" in raw and raw["cell"] not in cells:
+            raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", one_of(raw["cell"], cells))
+        if "repro" in raw and raw["repro"] not in known_repros:
+            raise UserError(
+                path,
+                f"exclude[{i}].repro",
+                f"unknown repro {raw['repro']!r}",
+                unknown_repro_fix(raw["repro"], known_repros),
+            )
+        if "mode" in raw and raw["mode"] not in known_modes:
+            raise UserError(
+                path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
+            )
+        excludes.append(
+            Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=raw.get("repro"), mode=raw.get("mode"))
+        )
+
+    default_lane = data.get("default_lane")
+    if default_lane is not None and default_lane not in lanes:
+        raise UserError(path, "default_lane", f"unknown lane {default_lane!r}", f"use one of: {', '.join(lanes)}")
+
+    named = data.get("repros")
+    for i, repro in enumerate(named or []):
+        if repro not in known_repros:
+            raise UserError(path, f"repros[{i}]", f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
+
+    return Matrix(
+        path=path.resolve(),
+        sha256=hashlib.sha256(raw_bytes).hexdigest(),
+        cells=cells,
+        lanes=lanes,
+        default_lane=default_lane,
+        excludes=tuple(excludes),
+        grid=load_grid(path, data.get("grid"), lanes),
+        repros=tuple(named) if named else None,
+        repros_dirs=_repros_dirs(path, data),
+    )
+
+
+def _provider(path: Path, cell_name: str, raw: dict[str, Any], defaults: dict[str, Any]) -> str:
+    """The cell's provider: its own ``provider:``, else the defaults', else uv; ``passthrough: true``
+    is an older way to name the passthrough provider."""
+    named = raw.get("provider", defaults.get("provider"))
+    where = f"cells.{cell_name}.provider" if "provider" in raw else "defaults.provider"
+    if raw.get("passthrough"):
+        if named is not None and named != PassthroughProvider.name:
+            raise UserError(
+                path, f"cells.{cell_name}", f"says both passthrough: true and provider: {named}", "keep one of the two"
+            )
+        named = PassthroughProvider.name
+    if named is None:
+        return DEFAULT_PROVIDER
+    if named not in PROVIDERS:
+        raise UserError(path, where, f"unknown environment provider {named!r}", one_of(named, PROVIDERS))
+    return str(named)
+
+
+def _repros_dirs(path: Path, data: dict[str, Any]) -> tuple[Path, ...]:
+    dirs = []
+    for i, entry in enumerate(data.get("repros_dirs") or []):
+        directory = (path.resolve().parent / Path(entry).expanduser()).resolve()
+        if not directory.is_dir():
+            raise UserError(
+                path,
+                f"repros_dirs[{i}]",
+                f"{entry!r} is not a directory ({directory})",
+                "name a directory of repro files, relative to the matrix file",
+            )
+        dirs.append(directory)
+    return tuple(dirs)
+
+
+def declared_repros_dirs(path: Path) -> tuple[Path, ...]:
+    """The matrix's ``repros_dirs``, read before its repros are known (they are where some come
+    from). A matrix that cannot be read gives none here: ``load_matrix`` then says what is wrong."""
+    try:
+        raw = Path(path).read_bytes()
+        if len(raw) > MAX_MATRIX_BYTES:
+            return ()
+        refuse_alias_bombs(path, raw)
+        data = yaml.load(raw, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except (OSError, yaml.YAMLError, UserError):
+        return ()
+    if not isinstance(data, dict) or not isinstance(data.get("repros_dirs"), list):
+        return ()
+    if not all(isinstance(entry, str) and entry for entry in data["repros_dirs"]):
+        return ()
+    return _repros_dirs(Path(path), data)

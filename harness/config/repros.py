@@ -1,0 +1,156 @@
+"""Finds the repros: the built-in ones (the modules of ``repros.catalog``, part of the harness)
+and a user's (the files of ``--repros-dir`` directories and ``$FT_REGRESS_REPROS``).
+
+A user's repro file never runs inside the orchestrator: each is read by a child process
+(``python -m repros.runtime.describe``) under a time limit, and what comes back is its ``SPEC``
+as data. A file whose import exits the process, changes directory, hangs or raises becomes a
+``BrokenRepro`` with the reason, reported as an ``INFRA`` item under its file's name, never
+silently dropped. Which files are repros is decided statically by the repro kinds
+(``repros/runtime/kinds``): a helper module beside a repro is not one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import repros
+import repros.catalog
+from harness.core.names import natural_key
+from harness.core.processes import isolated_environ
+from repros.runtime.kinds import BUILTIN_KIND, KINDS, is_file_ref, kind_of
+from repros.runtime.spec import ReproSpec, spec_from_data
+
+REPROS_PATH_ENV = "FT_REGRESS_REPROS"
+#: How long reading one user's repro file may take.
+DESCRIBE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Repro:
+    spec: ReproSpec
+    #: A dotted module name, or the path of a user's repro file.
+    module: str
+    kind: str = "module"
+    #: What its ranks are sent besides the reference (a script repro's declaration), JSON data.
+    rank_params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def builtin(self) -> bool:
+        return not is_file_ref(self.module)
+
+
+@dataclass(frozen=True)
+class BrokenRepro:
+    id: str
+    module: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Discovery:
+    repros: dict[str, Repro]
+    #: Files that could not be read or lack a SPEC, by their file's stem.
+    broken: dict[str, BrokenRepro]
+
+
+def user_dirs_from_env() -> list[Path]:
+    return [Path(p) for p in os.environ.get(REPROS_PATH_ENV, "").split(os.pathsep) if p]
+
+
+def _builtin() -> Iterable[tuple[str, str]]:
+    for info in sorted(pkgutil.iter_modules(repros.catalog.__path__), key=lambda i: natural_key(i.name)):
+        if not info.ispkg and not info.name.startswith("_"):
+            yield info.name, f"repros.catalog.{info.name}"
+
+
+def user_files(dirs: Sequence[Path]) -> list[Path]:
+    """The files of ``dirs`` that declare a repro of some kind (read, not run)."""
+    found = []
+    for directory in dict.fromkeys(Path(d).resolve() for d in dirs):
+        for path in sorted(directory.iterdir()):
+            if path.is_file() and not path.name.startswith((".", "_")) and kind_of(path) is not None:
+                found.append(path.resolve())
+    return list(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class Described:
+    spec: ReproSpec | None
+    kind: str = ""
+    reason: str = ""
+    rank_params: dict[str, Any] = field(default_factory=dict)
+
+
+def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Described:
+    """The file's SPEC, its kind and what its ranks need, or why there is none; read by a child process."""
+    with tempfile.TemporaryDirectory(prefix="ft-regress-describe-") as scratch:
+        out = Path(scratch) / "spec.json"
+        package_root = str(Path(repros.__file__).resolve().parent.parent)
+        env = {**isolated_environ(), "PYTHONPATH": package_root}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "repros.runtime.describe", str(path), "--out", str(out)],
+                cwd=scratch,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            why = f"reading it took more than {timeout_s:.0f} s (does it run something at import?)"
+            return Described(None, reason=why)
+        if not out.exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            said = f": {' / '.join(tail)}" if tail else ""
+            ended = f"the process reading it ended (exit code {done.returncode})"
+            return Described(None, reason=f"{ended} before it said what it is{said}")
+        try:
+            result = json.loads(out.read_text(encoding="utf-8"))
+            if not result.get("ok"):
+                return Described(None, reason=str(result.get("error")))
+            params = result.get("rank_params") or {}
+            if not isinstance(params, dict):
+                raise TypeError("rank_params is not a mapping")
+            return Described(spec_from_data(result["spec"]), str(result.get("kind") or ""), "", params)
+        except (ValueError, KeyError, TypeError) as exc:
+            return Described(None, reason=f"its SPEC is not usable: {exc}")
+
+
+def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
+    found: dict[str, Repro] = {}
+    broken: dict[str, BrokenRepro] = {}
+
+    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: dict[str, Any]) -> None:
+        if spec is None:
+            broken[stem] = BrokenRepro(stem, ref, reason)
+        elif spec.id in found:
+            broken[stem] = BrokenRepro(stem, ref, f"repro id {spec.id!r} is already taken by {found[spec.id].module}")
+        else:
+            found[spec.id] = Repro(spec=spec, module=ref, kind=kind, rank_params=params)
+
+    for stem, ref in _builtin():
+        try:
+            loaded = KINDS[BUILTIN_KIND].load(ref)
+        except Exception as exc:  # noqa: BLE001 - a broken built-in is reported like any broken repro
+            add(stem, ref, None, "", f"cannot be imported: {type(exc).__name__}: {exc}", {})
+        else:
+            add(stem, ref, loaded.spec, BUILTIN_KIND, "", loaded.rank_params)
+    for path in user_files([*extra_dirs, *user_dirs_from_env()]):
+        described = describe_in_child(path)
+        add(path.stem, str(path), described.spec, described.kind, described.reason, described.rank_params)
+    return Discovery(repros=found, broken=broken)

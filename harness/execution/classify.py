@@ -1,0 +1,225 @@
+"""Turn what the ranks recorded into one outcome of the vocabulary (``repros/runtime/outcomes.py``).
+
+bug mode:   REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
+fixed mode: PASS | FAIL | INFRA | HANG | CRASH (PASS: trained by the fixed trainer's rule, or for a
+            repro whose ``pass_rule`` is ``clean-exit``, a user's script that ran to its end)
+A cell whose environment cannot be built gives UNRESOLVABLE (decided before any launch).
+
+Only an observed signature makes REPRODUCED; only observed training facts make PASS.
+Expectations play no part here.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from harness.execution.launchers.result import LaunchResult
+from harness.records.rank import RankRecord
+from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import ReproSpec
+
+REPRODUCED = Outcome.REPRODUCED
+NOT_REPRODUCED = Outcome.NOT_REPRODUCED
+DIFFERENT_ERROR = Outcome.DIFFERENT_ERROR
+PASS = Outcome.PASS
+FAIL = Outcome.FAIL
+INFRA = Outcome.INFRA
+HANG = Outcome.HANG
+CRASH = Outcome.CRASH
+
+#: Exception types that say the machine, not the code under test, failed.
+_INFRA_EXCEPTIONS = ("MemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+#: Phases before the scenario itself runs: failing there is the harness's or the
+#: environment's trouble (rendezvous, device, a repro module that does not import).
+_INFRA_PHASES = ("setup", "import")
+#: Signals torchrun itself sends to the surviving ranks when one has failed.
+_LAUNCHER_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    type: str
+    message: str
+    rank: int | None
+    traceback: str | None = None
+
+    @property
+    def first_line(self) -> str:
+        return next((ln for ln in self.message.splitlines() if ln.strip()), "")
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: Outcome
+    signature: str | None = None
+    error: ErrorInfo | None = None
+    #: Why a fixed run did not count as trained, or what the infrastructure said.
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def judge_training(records: Sequence[RankRecord]) -> list[str]:
+    """Why the fixed trainer did not train, empty when it did: on every rank the loss
+    fell, every adapter parameter got a finite non-zero gradient at some step and no
+    non-finite one at any step, and every adapter weight moved."""
+    problems: list[str] = []
+    for rec in records:
+        rank = rec.rank
+        train = rec.train
+        if train is None:
+            problems.append(f"rank {rank}: recorded no training facts")
+            continue
+        losses = train.losses
+        finite = [v for v in losses if isinstance(v, int | float)]
+        if len(finite) < 2 or len(finite) != len(losses):
+            problems.append(f"rank {rank}: losses not finite or too few: {losses}")
+        elif not finite[-1] < finite[0]:
+            problems.append(f"rank {rank}: loss did not decrease ({finite[0]:.4g} -> {finite[-1]:.4g})")
+        norms = train.adapter_grad_norms
+        if not norms:
+            problems.append(f"rank {rank}: no adapter parameters")
+        for name, values in norms.items():
+            if any(isinstance(v, str) or (isinstance(v, float) and not math.isfinite(v)) for v in values):
+                problems.append(f"rank {rank}: {name} got a non-finite gradient")
+            elif not any(isinstance(v, (int, float)) and v > 0 for v in values):
+                kind = "no gradient" if all(v is None for v in values) else "only zero gradients"
+                problems.append(f"rank {rank}: {name} got {kind}")
+        for name, delta in train.adapter_weight_delta.items():
+            if not isinstance(delta, (int, float)) or not delta > 0:
+                problems.append(f"rank {rank}: {name} did not change")
+    return problems
+
+
+def _unobserved(launch: LaunchResult) -> Observation | None:
+    """What ended the item before anything could be judged: a hang, a scenario the cell cannot
+    run, a rank killed by a signal, a failure in setup or import. None when the ranks ran."""
+    if launch.timed_out:
+        running = [r for r, rec in launch.records.items() if rec is not None and rec.status == "running"]
+        return Observation(HANG, reasons=(f"no end within the item's timeout; ranks still running: {running}",))
+
+    unavailable = [(r, rec) for r, rec in sorted(launch.records.items()) if rec and rec.status == "unavailable"]
+    if unavailable:
+        rank, rec = unavailable[0]
+        return Observation(INFRA, reasons=(f"rank {rank}: {rec.unavailable_reason}",))
+
+    # A rank killed by a signal torchrun does not send itself (it stops surviving
+    # ranks with SIGTERM after a failure): its peers' errors are consequences.
+    killed = {r: c for r, c in launch.rank_exitcodes.items() if c < 0 and -c not in _LAUNCHER_SIGNALS}
+    if killed:
+        rank, code = sorted(killed.items())[0]
+        return Observation(CRASH, reasons=(f"rank {rank} killed by {_signal_name(code)}",))
+
+    for rank, info, rec in _errors(launch):
+        if info.type in _INFRA_EXCEPTIONS or rec.phase in _INFRA_PHASES:
+            return Observation(INFRA, error=info, reasons=(f"rank {rank} failed in {rec.phase}: {info.type}",))
+    return None
+
+
+def _errors(launch: LaunchResult) -> list[tuple[int, ErrorInfo, RankRecord]]:
+    """The ranks that raised, with their error (a rank that says ``error`` but recorded none
+    raised something it could not name)."""
+    found = []
+    for rank, rec in sorted(launch.records.items()):
+        if rec is None or rec.status != "error":
+            continue
+        error = rec.error
+        info = ErrorInfo(
+            type=error.type if error else "UnknownError",
+            message=error.message if error else "the rank recorded an error but not what it was",
+            rank=rank,
+            traceback=error.traceback if error else None,
+        )
+        found.append((rank, info, rec))
+    return found
+
+
+def _ended_without_record(launch: LaunchResult) -> Observation | None:
+    """No rank raised: a rank that never finished its record died some other way."""
+    missing = [r for r, rec in launch.records.items() if rec is None]
+    unfinished = [r for r, rec in launch.records.items() if rec is not None and rec.status == "running"]
+    if len(missing) == launch.world_size:
+        return Observation(INFRA, reasons=(f"no rank started (launcher exit {launch.returncode})",))
+    if missing or unfinished or launch.returncode not in (0, None):
+        return Observation(
+            CRASH,
+            reasons=(
+                f"ranks ended without a final record (missing {missing}, unfinished {unfinished}); "
+                f"launcher exit {launch.returncode}",
+            ),
+        )
+    return None
+
+
+def matching_signature(
+    specs: Sequence[ReproSpec], errors: list[tuple[int, ErrorInfo, RankRecord]]
+) -> tuple[str, ErrorInfo] | None:
+    """The first documented signature any rank's error matches, across ``specs`` in order."""
+    for spec in specs:
+        for _, info, rec in errors:
+            verdicts = rec.error.signature_verdicts if rec.error else {}
+            for sig in spec.signatures:
+                if sig.matches(info.type, info.message, rec.scenario_facts, verdicts):
+                    return sig.id, info
+    return None
+
+
+def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
+    ended = _unobserved(launch)
+    if ended is not None:
+        return ended
+    errors = _errors(launch)
+    if errors:
+        if mode == "bug":
+            found = matching_signature([spec], errors)
+            if found is not None:
+                return Observation(REPRODUCED, signature=found[0], error=found[1])
+            return Observation(DIFFERENT_ERROR, error=errors[0][1])
+        return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))
+    ended = _ended_without_record(launch)
+    if ended is not None:
+        return ended
+    if mode == "bug":
+        return Observation(NOT_REPRODUCED)
+    if spec.pass_rule == "clean-exit":
+        # A user's script with its workaround: it ran to its end on every rank (it records no
+        # training facts of the fixed trainer's to judge).
+        return Observation(PASS, reasons=("every rank ran the script to its end",))
+    problems = judge_training([rec for rec in launch.records.values() if rec is not None])
+    return Observation(PASS) if not problems else Observation(FAIL, reasons=tuple(problems))
+
+
+#: Where the exceptions that name a silent symptom live (a repro raises them from its facts).
+SILENT_FAILURE_MODULE = "repros.trainer.silent_failures."
+
+
+def classify_scenario(own: ReproSpec | None, launch: LaunchResult, known: Sequence[ReproSpec]) -> Observation:
+    """A scenario as users write it (a variant, a grid combination): PASS when it trained; a known
+    failure when an error matches a documented signature (``own``'s first, then every other
+    repro's); SILENT_FAILURE when it ran but did not train, or raised a silent symptom no
+    signature names; NEW_FAILURE for any other error."""
+    ended = _unobserved(launch)
+    if ended is not None:
+        return ended
+    errors = _errors(launch)
+    if errors:
+        found = matching_signature([s for s in [own, *known] if s is not None], errors)
+        if found is not None:
+            return Observation(REPRODUCED, signature=found[0], error=found[1])
+        first = errors[0][1]
+        if first.type.startswith(SILENT_FAILURE_MODULE):
+            return Observation(Outcome.SILENT_FAILURE, error=first, reasons=(first.first_line,))
+        return Observation(Outcome.NEW_FAILURE, error=first, reasons=(f"rank {errors[0][0]} raised {first.type}",))
+    ended = _ended_without_record(launch)
+    if ended is not None:
+        return ended
+    problems = judge_training([rec for rec in launch.records.values() if rec is not None])
+    return Observation(PASS) if not problems else Observation(Outcome.SILENT_FAILURE, reasons=tuple(problems))

@@ -1,0 +1,411 @@
+"""The orchestrator's side of a cell's pre-imported worker (``repros/runtime/cell_server.py``).
+
+One worker process per cell environment imports torch, transformers, peft and deepspeed
+once; every item is then a fresh fork of it: an item leader in a session of its own that
+forks the ranks, with torchrun's environment and a rendezvous of its own. What the
+orchestrator does around an item is the same as for a torchrun launch (``launch``): a
+timeout that asks the ranks for their stacks and then kills the item's process group,
+the token and session sweeps, DeepSpeed's shared-memory segments removed, and the ranks'
+records read back into a ``LaunchResult``.
+
+A worker that cannot start (a package that fails to import is not that: its items fail
+as they would under torchrun), or whose imports left the process unsafe to fork (threads,
+an initialised CUDA), is reported as unavailable and the runner launches that cell's
+items with torchrun instead, saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.environments import Environment
+from harness.execution.containment.processes import TOKEN_VARIABLE, sweep, sweep_session
+from harness.execution.launchers.base import LaunchRequest
+from harness.execution.launchers.result import LaunchResult, collect_item, tail
+from harness.execution.launchers.supervision import (
+    end_item_cgroup,
+    extensions_in_use,
+    item_cgroup,
+    rank_environment,
+    signal_group,
+    stop_timed_out_item,
+    track_in_flight,
+    untrack_in_flight,
+    worker_root,
+)
+
+#: The first start of a worker in a new environment JIT-builds DeepSpeed's comm op (~40 s here).
+READY_TIMEOUT_S = 900.0
+#: How long a request may wait for the worker to say it forked the item.
+START_TIMEOUT_S = 60.0
+LAUNCHER_RECORD = "launcher.json"
+#: A message of the worker protocol (JSON lines on the worker's stdin and reply pipe).
+JsonValue = Any
+
+
+class WorkerGone(Exception):
+    """The worker was closed or died before it forked the item: nothing ran, so the item can
+    be sent again (to a new worker)."""
+
+
+class WorkerUnavailable(Exception):
+    """The cell's worker could not be started or is unsafe to fork from."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class WorkerInfo:
+    """What the worker said when it was ready, and how long starting it took."""
+
+    pid: int
+    start_s: float
+    import_s: float
+    preloaded: dict[str, float]
+    failed: dict[str, str]
+    comm_op: dict[str, Any]
+    hazards: list[str] = field(default_factory=list)
+    #: Build locks a killed JIT build had left in the environment's extensions dir, removed.
+    stale_build_locks_removed: list[str] = field(default_factory=list)
+
+
+class CellWorker:
+    """One pre-imported worker for one environment; safe to use from several threads."""
+
+    def __init__(
+        self,
+        env: Environment,
+        log_path: Path,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        server_args: tuple[str, ...] = (),
+    ):
+        """``server_args``: more arguments for the server (``--preload``, ``--rank-entry``: tests)."""
+        self.server_args = server_args
+        self.env = env
+        self.log_path = log_path
+        self.ready_timeout_s = ready_timeout_s
+        self.info: WorkerInfo | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._events: dict[str, queue.Queue[dict[str, Any]]] = {}
+        self._ready: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._dead = False
+        self._held = contextlib.ExitStack()
+        #: Items this worker is running now, and when it last started one (for the pool's LRU).
+        self.in_flight = 0
+        self.last_used = 0.0
+
+    # -- life ----------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self._dead and self._proc.poll() is None
+
+    def start(self) -> WorkerInfo:
+        started = time.perf_counter()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The worker builds and loads JIT ops in the environment's extensions dir for
+        # as long as it lives: hold it like a launch does.
+        stale_locks = self._held.enter_context(extensions_in_use(Path(self.env.extensions_dir)))
+        read_end, write_end = os.pipe()
+        environment = rank_environment(self.env, 1)
+        # torch.cuda.is_available() through NVML: it must not initialise CUDA before a fork.
+        environment["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [self.env.python, "-m", "repros.runtime.cell_server", "--reply-fd", str(write_end), *self.server_args],
+                cwd=worker_root(),
+                env=environment,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_end,),
+                start_new_session=True,
+            )
+        os.close(write_end)
+        threading.Thread(target=self._read_replies, args=(read_end,), daemon=True).start()
+        try:
+            ready = self._ready.get(timeout=self.ready_timeout_s)
+        except queue.Empty:
+            self.close()
+            raise WorkerUnavailable(f"the worker was not ready within {self.ready_timeout_s:.0f} s") from None
+        if ready.get("event") != "ready":
+            self.close()
+            raise WorkerUnavailable(f"the worker exited before it was ready: {tail(self.log_path, 600).strip()}")
+        self.info = WorkerInfo(
+            pid=int(ready["pid"]),
+            start_s=time.perf_counter() - started,
+            import_s=float(ready["import_s"]),
+            preloaded=dict(ready.get("preloaded", {})),
+            failed=dict(ready.get("failed", {})),
+            comm_op=dict(ready.get("comm_op", {})),
+            hazards=list(ready.get("hazards", [])),
+            stale_build_locks_removed=list(stale_locks),
+        )
+        if self.info.hazards:
+            self.close()
+            raise WorkerUnavailable("forking the worker is unsafe: " + "; ".join(self.info.hazards))
+        return self.info
+
+    def _read_replies(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as stream:
+            for line in stream:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if event.get("event") == "ready":
+                    self._ready.put(event)
+                    continue
+                with self._lock:
+                    box = self._events.get(str(event.get("id")))
+                if box is not None:
+                    box.put(event)
+        self._dead = True
+        eof = {"event": "eof"}
+        self._ready.put(eof)
+        with self._lock:
+            for box in self._events.values():
+                box.put(eof)
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                assert proc.stdin is not None
+                proc.stdin.write(b'{"op": "exit"}\n')
+                proc.stdin.flush()
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+        elif proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        self._dead = True
+        self._held.close()
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            signal_group(self._proc.pid, signal.SIGKILL)
+        self._dead = True
+
+    # -- items ---------------------------------------------------------------------------
+    def _send(self, message: dict[str, JsonValue]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        with self._lock:
+            self._proc.stdin.write((json.dumps(message) + "\n").encode())
+            self._proc.stdin.flush()
+
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        module, mode, world_size = request.module, request.mode, request.world_size
+        item_dir, timeout_s = request.item_dir, request.timeout_s
+        item_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(8)
+        request_id = token
+        group = item_cgroup(token)
+        box: queue.Queue[dict[str, Any]] = queue.Queue()
+        with self._lock:
+            self._events[request_id] = box
+        message: dict[str, JsonValue] = {
+            "op": "launch",
+            "id": request_id,
+            "module": module,
+            "mode": mode,
+            "world_size": world_size,
+            "item_dir": str(item_dir),
+            "cgroup": str(group.path) if group else None,
+            "params": dict(request.params),
+            # What differs per item from the worker's own environment.
+            "env": {TOKEN_VARIABLE: token, "LOCAL_SIZE": str(world_size), **request.extra_env},
+        }
+        command = [
+            self.env.python,
+            "-m",
+            "repros.runtime.cell_server",
+            f"(worker pid {self.info.pid if self.info else '?'})",
+        ]
+        command += ["--module", module, "--mode", mode, "--item-dir", str(item_dir), "--world-size", str(world_size)]
+        started = time.perf_counter()
+        timed_out = False
+        returncode: int | None = None
+        leader: int | None = None
+        notes: list[str] = []
+        with self._lock:
+            self.in_flight += 1
+            self.last_used = time.monotonic()
+        try:
+            try:
+                if self._dead:
+                    raise WorkerGone("the worker was closed before the item was sent")
+                self._send(message)
+                event = box.get(timeout=START_TIMEOUT_S)
+            except (BrokenPipeError, OSError, ValueError) as exc:
+                raise WorkerGone(f"the worker could not take the item: {exc}") from exc
+            except queue.Empty:
+                # A worker that stops answering is replaced; this item is reported, not retried.
+                self.kill()
+                event = {"event": "eof"}
+                notes.append(f"the worker did not fork the item within {START_TIMEOUT_S:.0f} s")
+            if event.get("event") == "started":
+                leader = int(event["pid"])
+                track_in_flight(leader)
+
+                def ends_within(limit_s: float) -> bool:
+                    nonlocal event
+                    try:
+                        event = box.get(timeout=limit_s)
+                    except queue.Empty:
+                        return False
+                    return True
+
+                if not ends_within(max(0.0, timeout_s - (time.perf_counter() - started))):
+                    timed_out = True
+                    stop_timed_out_item(item_dir, world_size, leader, ends_within)
+                    if event.get("event") == "started":
+                        ends_within(10.0)  # killed: the worker reaps the leader and says so
+                if event.get("event") == "exited":
+                    returncode = int(event["code"])
+            if event.get("event") == "eof":
+                if leader is None and not notes:
+                    raise WorkerGone("the worker ended before it forked the item")
+                notes.append(f"the cell's worker died; its log ends: {tail(self.log_path, 600).strip()}")
+        finally:
+            with self._lock:
+                self._events.pop(request_id, None)
+                self.in_flight -= 1
+            leftovers: list[int] = []
+            if leader is not None:
+                signal_group(leader, signal.SIGKILL)
+                untrack_in_flight(leader)
+                leftovers += sweep_session(leader)
+            # What left the session (a daemon with a cleared environment) is still in the cgroup.
+            leftovers += end_item_cgroup(group)
+            leftovers += sweep(token)
+        wall_s = time.perf_counter() - started
+        if notes:
+            with open(item_dir / "launcher.log", "a", encoding="utf-8") as fh:
+                fh.write("\n".join(notes) + "\n")
+        return collect_item(
+            command,
+            item_dir,
+            world_size,
+            returncode,
+            timed_out,
+            wall_s,
+            leftovers,
+            rank_exitcodes=_failed_rank_codes(item_dir / LAUNCHER_RECORD),
+            launcher="worker",
+        )
+
+
+class LeaderReport(BaseModel):
+    """``launcher.json``: how each rank ended (exit code, negative for a signal) and which ranks
+    the item's leader stopped itself after a peer failed."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    ranks: dict[int, int] = Field(default_factory=dict)
+    stopped: list[int] = Field(default_factory=list)
+
+
+def _failed_rank_codes(path: Path) -> dict[int, int]:
+    """Exit codes of the ranks that failed on their own (not those the leader stopped)."""
+    try:
+        report = LeaderReport.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return {}
+    return {rank: code for rank, code in report.ranks.items() if code != 0 and rank not in set(report.stopped)}
+
+
+#: Idle workers kept alive at most (each holds a full set of imports, ~0.6 GiB here).
+MAX_IDLE_WORKERS = 2
+
+
+class WorkerPool:
+    """One worker per environment, started on first use and restarted after a death; beyond
+    ``max_idle`` live workers, the least recently used idle ones are closed."""
+
+    def __init__(self, log_dir: Path, server_args: tuple[str, ...] = (), max_idle: int = MAX_IDLE_WORKERS) -> None:
+        self.log_dir = log_dir
+        self.server_args = server_args
+        self.max_idle = max_idle
+        self._workers: dict[str, CellWorker] = {}
+        self._unavailable: dict[str, str] = {}
+        self._cells: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, env: Environment, name: str) -> CellWorker | None:
+        """The environment's live worker, or None (with ``reason(env)``) where it cannot run one."""
+        key = f"{env.key}:{env.python}"
+        with self._lock:
+            self._cells.setdefault(name, key)
+            worker = self._workers.get(key)
+            if worker is not None and worker.alive:
+                return worker
+            if key in self._unavailable:
+                return None
+            if worker is not None:
+                worker.close()
+            worker = CellWorker(env, self.log_dir / f"worker-{name}.log", server_args=self.server_args)
+            self._close_idle(keep=key)
+            try:
+                worker.start()
+            except WorkerUnavailable as exc:
+                self._unavailable[key] = exc.reason
+                return None
+            self._workers[key] = worker
+            return worker
+
+    def _close_idle(self, keep: str) -> None:
+        idle = [(w.last_used, k) for k, w in self._workers.items() if k != keep and w.alive and w.in_flight == 0]
+        for _, key in sorted(idle)[: max(0, len(idle) - self.max_idle + 1)]:
+            self._workers[key].close()
+
+    def retire(self, env: Environment) -> None:
+        """Close the environment's worker (its cell is done); a later ``get`` starts a new one."""
+        with self._lock:
+            worker = self._workers.get(f"{env.key}:{env.python}")
+        if worker is not None:
+            worker.close()
+
+    def abort(self) -> None:
+        """Kill every worker now (an interrupt); the items they forked are killed by their groups."""
+        for worker in list(self._workers.values()):
+            worker.kill()
+
+    def reason(self, env: Environment) -> str:
+        return self._unavailable.get(f"{env.key}:{env.python}", "")
+
+    def started_by_cell(self) -> dict[str, WorkerInfo]:
+        """The last worker started for each cell (by the cell's name)."""
+        found = {}
+        for name, key in self._cells.items():
+            worker = self._workers.get(key)
+            if worker is not None and worker.info is not None:
+                found[name] = worker.info
+        return found
+
+    def unavailable_by_cell(self) -> dict[str, str]:
+        return {name: self._unavailable[key] for name, key in self._cells.items() if key in self._unavailable}
+
+    def close(self) -> None:
+        with self._lock:
+            for worker in self._workers.values():
+                worker.close()

@@ -1,0 +1,86 @@
+"""What a launch returns, and how a finished launch is read back from its item directory."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.execution.containment.shm import remove_item_segments
+from harness.records.rank import RankRecord, read_rank_record
+from repros.runtime.record import rank_log_path, rank_record_path
+
+TAIL_BYTES = 4000
+
+
+@dataclass
+class LaunchResult:
+    command: list[str]
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    world_size: int
+    #: Each rank's record, or None where the rank never wrote one.
+    records: dict[int, RankRecord | None]
+    #: Exit codes of the ranks that failed on their own (negative: killed by that signal).
+    rank_exitcodes: dict[int, int] = field(default_factory=dict)
+    rank_tails: dict[int, str] = field(default_factory=dict)
+    launcher_tail: str = ""
+    #: Processes of the item still alive after it ended, killed by the sweeps.
+    leftovers_killed: list[int] = field(default_factory=list)
+    #: Build locks a killed JIT build had left in the environment's extensions dir.
+    stale_build_locks_removed: list[str] = field(default_factory=list)
+    #: DeepSpeed's shared-memory segments the item left in /dev/shm, removed after it.
+    shm_segments_removed: list[str] = field(default_factory=list)
+    #: The launcher that started the ranks (its registered name).
+    launcher: str = "torchrun"
+    #: Why the launcher asked for could not start them (another one did), if so.
+    fallback_reason: str = ""
+
+
+def tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except (FileNotFoundError, IsADirectoryError):
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text if size <= limit else "…" + text
+
+
+def collect_item(
+    command: list[str],
+    item_dir: Path,
+    world_size: int,
+    returncode: int | None,
+    timed_out: bool,
+    wall_s: float,
+    leftovers: list[int],
+    *,
+    rank_exitcodes: dict[int, int],
+    stale_locks: Sequence[str] = (),
+    launcher: str = "torchrun",
+) -> LaunchResult:
+    """Read back what a finished launch left in ``item_dir``, once every process of it is
+    gone, and remove what DeepSpeed left of it in /dev/shm (memory)."""
+    records = {r: read_rank_record(rank_record_path(item_dir, r)) for r in range(world_size)}
+    shm_removed = remove_item_segments(records.values())
+    return LaunchResult(
+        command=command,
+        returncode=None if timed_out else returncode,
+        timed_out=timed_out,
+        wall_s=wall_s,
+        world_size=world_size,
+        records=records,
+        rank_exitcodes=rank_exitcodes,
+        rank_tails={r: tail(rank_log_path(item_dir, r)) for r in range(world_size)},
+        launcher_tail=tail(item_dir / "launcher.log"),
+        leftovers_killed=sorted(set(leftovers)),
+        stale_build_locks_removed=list(stale_locks),
+        shm_segments_removed=shm_removed,
+        launcher=launcher,
+    )

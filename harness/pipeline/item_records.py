@@ -1,0 +1,169 @@
+"""An item's record, built once from what the plan, the environment, the launch and the
+classification say (``ItemRecord`` in ``harness/records/item.py`` is what it is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.environments import Environment
+from harness.execution.classify import Observation
+from harness.execution.launchers.result import LaunchResult
+from harness.execution.metrics import summarise
+from harness.records.item import SCHEMA_VERSION, EnvSummary, ItemId, ItemRecord, RankSummary, error_summary
+from harness.records.rank import RankRecord
+from repros.runtime.context import TRACKED_PACKAGES
+from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import Expectation
+
+JsonValue = Any
+
+
+def tracked_versions(env: Environment | None) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": env.python_version if env else None}
+    for name in TRACKED_PACKAGES:
+        versions[name] = env.version(name) if env else None
+    return versions
+
+
+def _expectation_fields(expected: Expectation | None, outcome: str) -> dict[str, JsonValue]:
+    return {
+        "expected": str(expected.outcome) if expected else None,
+        "expected_when": dict(expected.when) if expected else None,
+        "expected_established_by": expected.established_by if expected else None,
+        "expected_device": expected.device if expected else None,
+        # An observation with no expectation for its versions is not a match:
+        # somebody has to look at it and record what it should be.
+        "matched": bool(expected and expected.outcome == outcome),
+    }
+
+
+def env_summary(env: Environment) -> EnvSummary:
+    return EnvSummary(
+        key=env.key,
+        path=env.path,
+        python=env.python,
+        reused=env.reused,
+        build_s=round(env.build_s, 3),
+        provider=env.provider,
+        extensions_dir=env.extensions_dir,
+    )
+
+
+def item_device(launch: LaunchResult) -> str | None:
+    """The device type the ranks ran on, as the first rank that set one up recorded it."""
+    return next((rec.device for rec in launch.records.values() if rec and rec.device), None)
+
+
+def _rank_summary(rank: int, rec: RankRecord | None, launch: LaunchResult) -> RankSummary:
+    return RankSummary(
+        rank=rank,
+        status=rec.status if rec else "missing",
+        phase=rec.phase if rec else None,
+        exitcode=launch.rank_exitcodes.get(rank),
+        error_type=rec.error.type if rec and rec.error else None,
+        log_tail=launch.rank_tails.get(rank, ""),
+    )
+
+
+def item_record(
+    *,
+    run_id: str,
+    item: ItemId,
+    observation: Observation,
+    expected: Expectation | None,
+    env: Environment,
+    launch: LaunchResult,
+    repro_cmd: str,
+    item_dir: Path,
+    started_at: str,
+    finished_at: str,
+    **more: JsonValue,
+) -> ItemRecord:
+    """A launched item's record; ``more``: what the plan or the run adds (explored, the model...)."""
+    records = [rec for rec in launch.records.values() if rec is not None]
+    first = next((rec for rec in records if rec.device), None)
+    train = next((rec.train for rec in records if rec.rank == 0 and rec.train is not None), None)
+    guards = next((rec.guards for rec in records if rec.guards is not None), [])
+    error = observation.error
+    return ItemRecord.model_validate(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": run_id,
+            "cell": item.cell,
+            "repro": item.repro,
+            "mode": item.mode,
+            "outcome": observation.outcome,
+            "signature": observation.signature,
+            **_expectation_fields(expected, observation.outcome),
+            "versions": tracked_versions(env),
+            "world_size": launch.world_size,
+            "device": first.device if first else None,
+            "device_name": first.device_name if first else None,
+            "cuda_version": first.cuda_version if first else None,
+            "nccl_version": first.nccl_version if first else None,
+            "backend": first.backend if first else None,
+            "figures": summarise(records),
+            "wall_s": round(launch.wall_s, 3),
+            "error": error_summary(error.type, error.message, error.rank, error.traceback) if error else None,
+            "reasons": list(observation.reasons),
+            "guards": guards,
+            "losses": train.losses if train else None,
+            "ranks": [_rank_summary(rank, rec, launch) for rank, rec in sorted(launch.records.items())],
+            "launcher_tail": launch.launcher_tail,
+            "leftovers_killed": launch.leftovers_killed,
+            "stale_build_locks_removed": launch.stale_build_locks_removed,
+            "shm_segments_removed": launch.shm_segments_removed,
+            "env": env_summary(env),
+            "repro_cmd": repro_cmd,
+            "launch_cmd": launch.command,
+            "launcher": launch.launcher,
+            "item_dir": str(item_dir),
+            "started_at": started_at,
+            "finished_at": finished_at,
+            **more,
+        }
+    )
+
+
+def unobserved_record(
+    *,
+    outcome: Outcome,
+    error_type: str,
+    run_id: str,
+    item: ItemId,
+    reason: str,
+    world_size: int,
+    repro_cmd: str,
+    started_at: str,
+    finished_at: str,
+    **more: JsonValue,
+) -> ItemRecord:
+    """An item that could not run at all (no environment, a repro that does not load)."""
+    return ItemRecord.model_validate(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": run_id,
+            "cell": item.cell,
+            "repro": item.repro,
+            "mode": item.mode,
+            "outcome": outcome,
+            "signature": None,
+            # Nothing ran, so there are no versions to look an expectation up by.
+            **_expectation_fields(None, outcome),
+            "versions": tracked_versions(None),
+            "world_size": world_size,
+            "device": None,
+            "backend": None,
+            "figures": summarise([]),
+            "wall_s": 0.0,
+            "error": error_summary(error_type, reason, None),
+            "reasons": [reason],
+            "guards": [],
+            "env": None,
+            "repro_cmd": repro_cmd,
+            "started_at": started_at,
+            "finished_at": finished_at,
+            **more,
+        }
+    )

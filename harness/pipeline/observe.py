@@ -1,0 +1,161 @@
+"""One item, observed: launch it in its cell's environment, classify what the ranks recorded,
+compare with the expectation, and return its record. The one way an item is run, by ``run``,
+``bisect``, ``grid`` and the pytest plugin alike."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from harness.config.expectations import expectation_for
+from harness.config.matrix import Cell
+from harness.config.repros import BrokenRepro, Repro
+from harness.environments import Environments, Resolved
+from harness.environments.integrity import describe
+from harness.execution.classify import Observation, classify, classify_scenario
+from harness.execution.launchers import Launcher, LaunchRequest
+from harness.pipeline.item_records import item_device, item_record, unobserved_record
+from harness.planning.items import PlannedItem
+from harness.records.item import ItemId, ItemRecord
+from harness.records.run_dir import RunDir
+from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import ReproSpec
+
+JsonValue = Any
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def observe_item(
+    *,
+    run_id: str,
+    item: PlannedItem,
+    repro: Repro,
+    resolved: Resolved,
+    run_dir: RunDir,
+    launcher: Launcher,
+    repro_cmd: str,
+    gpus: Sequence[str] = (),
+    environments: Environments | None = None,
+    known: Sequence[ReproSpec] = (),
+) -> ItemRecord:
+    """Launch one item and return its record (UNRESOLVABLE where the cell has no environment).
+
+    With ``environments``, the cell's environment is checked before the item (a damaged one is
+    rebuilt first) and after it: an item during which it changed (a repro that edits
+    site-packages) is INFRA, naming what changed, never a classified outcome."""
+    if environments is None or resolved.env is None:
+        return _observe(run_id, item, repro, resolved, run_dir, launcher, repro_cmd, gpus, None, known)
+    with environments.ready_for_item(item.cell) as ready:
+        return _observe(run_id, item, repro, ready, run_dir, launcher, repro_cmd, gpus, environments, known)
+
+
+def _observe(
+    run_id: str,
+    item: PlannedItem,
+    repro: Repro,
+    resolved: Resolved,
+    run_dir: RunDir,
+    launcher: Launcher,
+    repro_cmd: str,
+    gpus: Sequence[str],
+    environments: Environments | None,
+    known: Sequence[ReproSpec],
+) -> ItemRecord:
+    started = now()
+    env = resolved.env
+    if env is None:
+        return unobserved_record(
+            outcome=Outcome.UNRESOLVABLE,
+            error_type="EnvironmentUnavailable",
+            run_id=run_id,
+            item=item.id,
+            reason=resolved.reason,
+            world_size=item.world_size,
+            repro_cmd=repro_cmd,
+            started_at=started,
+            finished_at=now(),
+            **_plan_fields(item),
+        )
+    item_dir = run_dir.item_dir(item.id)
+    request = LaunchRequest(
+        env=env,
+        module=item.module,
+        mode=item.rank_mode or item.mode,
+        world_size=item.world_size,
+        item_dir=item_dir,
+        timeout_s=item.cell.timeout_s,
+        cell=item.cell.name,
+        extra_env={"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {},
+        params={**repro.rank_params, **item.launch_params()},
+    )
+    launch = launcher.launch(request)
+    if item.runs_as_written:
+        own = None if item.scenario is not None else repro.spec
+        observation = classify_scenario(own, launch, known)
+    else:
+        observation = classify(item.mode, repro.spec, launch)
+    damaged = environments.damage(env) if environments is not None else []
+    if damaged and environments is not None:
+        reason = f"the cell's environment changed while the item ran: {describe(damaged)}"
+        observation = Observation(Outcome.INFRA, error=observation.error, reasons=(reason,))
+        environments.invalidate(env, reason)
+        launcher.cell_done(env)  # its pre-imported worker holds modules of the old files
+    versions = {**env.packages, "python": env.python_version}
+    device = item_device(launch) or ("cuda" if gpus else "cpu")
+    launched: dict[str, JsonValue] = {"model": item.cell.model}
+    if launch.fallback_reason:
+        launched["launcher_fallback"] = launch.fallback_reason
+    if gpus:
+        launched["gpus_leased"] = list(gpus)
+    if env.repaired:
+        launched["environment_repaired"] = env.repaired
+    return item_record(
+        run_id=run_id,
+        item=item.id,
+        observation=observation,
+        expected=expectation_for(repro.spec, item.mode, versions, device),
+        env=env,
+        launch=launch,
+        repro_cmd=repro_cmd,
+        item_dir=item_dir,
+        started_at=started,
+        finished_at=now(),
+        **_plan_fields(item),
+        **launched,
+    )
+
+
+def _plan_fields(item: PlannedItem) -> dict[str, JsonValue]:
+    """What the plan says about the item: explored, the matrix cell a pinned cell came from, and
+    the variant or grid combination it runs."""
+    fields: dict[str, JsonValue] = {}
+    if item.explore:
+        fields["explored"] = True
+    if item.cell.origin:
+        fields["cell_origin"] = item.cell.origin
+    if item.variant is not None:
+        fields["variant"] = item.variant
+    if item.scenario is not None:
+        fields["scenario"] = dict(item.scenario)
+    return fields
+
+
+def broken_record(run_id: str, cell: Cell, broken: BrokenRepro) -> ItemRecord:
+    """A repro file that cannot be loaded: INFRA in each cell it would have run in."""
+    stamp = now()
+    return unobserved_record(
+        outcome=Outcome.INFRA,
+        error_type="ReproUnloadable",
+        run_id=run_id,
+        item=ItemId(cell.name, broken.id, "bug"),
+        reason=f"{broken.module}: {broken.reason}",
+        world_size=cell.world_size,
+        repro_cmd=shlex.join(["python", "-c", f"import runpy; runpy.run_path({broken.module!r})"]),
+        started_at=stamp,
+        finished_at=stamp,
+    )

@@ -1,0 +1,396 @@
+"""The ``run`` pipeline, as small steps: plan the items, open the run directory, get each cell's
+environment, dispatch the items to the launcher, record each as it finishes, finalize.
+
+Every user error is found before anything runs. A cell whose environment cannot be built gives
+UNRESOLVABLE records for its items and the run goes on. Ctrl-C or SIGTERM stops the items in
+flight and keeps every record already written; a record that cannot be written (a full disk)
+stops the run with exit 2, keeping what was written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import resource
+import secrets
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness import __version__
+from harness.config.matrix import Cell
+from harness.config.repros import BrokenRepro
+from harness.core.errors import EXIT_USAGE, UserError
+from harness.core.invocation import program, program_text
+from harness.core.text import plain
+from harness.environments import Environments, Resolved
+from harness.execution.containment import cgroups
+from harness.execution.containment.leftovers import sweep_dead_runs
+from harness.execution.launchers import Launcher, LauncherContext, make_launcher
+from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.pipeline.dispatch import Dispatch, ItemPolicy
+from harness.pipeline.observe import broken_record, now
+from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
+from harness.records.item import ItemRecord, counts_text
+from harness.records.provenance import host_info
+from harness.records.results import RESULTS_FILE, ResultsWriteError
+from harness.records.run_dir import RunDir
+from harness.records.run_meta import CellMeta, MatrixRef, RunMeta, StoredOptions
+from harness.reports.finalize import finalize
+
+EXIT_INTERRUPTED = 130
+
+JsonValue = Any
+
+
+def new_run_id() -> str:
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def git_commit() -> str | None:
+    """The harness's own commit, where it runs from a checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=WORKER_PACKAGE_DIR.parent, capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def options_record(opts: RunOptions) -> StoredOptions:
+    """What ``run --resume`` needs to plan and run the same items again, the same way."""
+    return StoredOptions(
+        matrix=str(opts.matrix.path),
+        lane=opts.lane,
+        cells=list(opts.cells),
+        repros=list(opts.repros),
+        modes=list(opts.modes),
+        pins=list(opts.pins),
+        repros_dirs=[str(d) for d in opts.repros_dirs],
+        cache_dir=str(opts.cache_dir) if opts.cache_dir_given else None,
+        shard=str(opts.shard) if opts.shard else None,
+        reports_dir=str(opts.reports_dir),
+        launcher=opts.launcher,
+        jobs=opts.jobs,
+        reruns=opts.reruns,
+        repeat=opts.repeat,
+        as_of=opts.as_of,
+        model=opts.model,
+        explore=opts.explore,
+    )
+
+
+def start_meta(
+    opts: RunOptions, plan: Plan, run_id: str, environments: Environments, argv: Sequence[str], **more: JsonValue
+) -> RunMeta:
+    """``run.json`` as a run (or a pytest session) starts."""
+    shard = {"shard": plan.shard} if plan.shard is not None else {}
+    return RunMeta.model_validate(
+        {
+            "run_id": run_id,
+            "started_at": now(),
+            "argv": list(argv),
+            "program": program_text(),
+            "options": options_record(opts),
+            "harness_version": __version__,
+            "git_commit": git_commit(),
+            "matrix": MatrixRef(path=str(opts.matrix.path), sha256=opts.matrix.sha256),
+            "lane": opts.lane or opts.matrix.default_lane,
+            "as_of": opts.as_of,
+            "host": host_info(),
+            "cache_dir": str(environments.cache_dir),
+            "index": environments.index.key_material(),
+            "planned": [i.id.label() for i in plan.items],
+            "excluded": plan.excluded,
+            "broken_repros": {k: v.reason for k, v in opts.discovery.broken.items()},
+            "cells": {},
+            **shard,
+            **more,
+        }
+    )
+
+
+def cell_meta(cell: Cell, resolved: Resolved) -> CellMeta:
+    env = resolved.env
+    if env is None:
+        return CellMeta(unavailable=resolved.reason, requested=cell.packages, floating=cell.floating)
+    repaired = {"repaired": env.repaired} if env.repaired else {}
+    meta = CellMeta(
+        key=env.key,
+        provider=env.provider,
+        reused=env.reused,
+        build_s=env.build_s,
+        python=env.python_version,
+        requested=cell.packages,
+        packages=env.packages,
+        extensions_dir=env.extensions_dir,
+        **repaired,
+    )
+    if env.lock is None:
+        return meta
+    return meta.model_copy(update={"floating": cell.floating, "lock": list(env.lock), "resolution": env.resolution})
+
+
+def progress_line(record: ItemRecord) -> str:
+    """One line per finished item: outcome against expectation, time, and the error."""
+    if record.matched:
+        mark, against = "✓", f"expected {record.expected}"
+        if record.flaky and record.attempts:
+            first = record.attempts[0].outcome
+            against += f"; flaky: {first} first, matched on attempt {len(record.attempts) + 1}"
+    elif record.is_finding:
+        mark, against = "·", "explored" + (f", expected {record.expected}" if record.expected else "")
+    elif record.expected is None:
+        # Variants and grid combinations carry no expectation: what they observe is the finding.
+        mark, against = "·", "no expectation"
+    else:
+        mark, against = "✗", f"expected {record.expected}"
+    line = f"{mark} {record.id.label()}: {record.outcome} ({against}) {record.wall_s:.1f}s"
+    if record.outcome_counts:
+        line += f" [{counts_text(record.outcome_counts)} of {record.repeat}]"
+    error = record.error
+    if error:
+        message = error.message
+        line += f" - {error.type}: {message[:160]}{'…' if len(message) > 160 else ''}"
+    elif record.reasons:
+        line += f" - {record.reasons[0].splitlines()[0][:160] if record.reasons[0] else ''}"
+    return plain(line)
+
+
+#: Called once a run's reports are written: its records, its run.json, whether it was interrupted;
+#: returns what the command adds to run.json (``grid``, ...), if anything.
+RunEnding = Callable[[Sequence[ItemRecord], RunMeta, bool], Mapping[str, JsonValue] | None]
+
+
+class RunInterrupted(Exception):
+    """SIGTERM arrived: stop like on Ctrl-C, keeping what finished."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise RunInterrupted(signal.Signals(signum).name)
+
+
+def exit_status(records: Sequence[ItemRecord]) -> int:
+    """0 when every observation matched its expectation or was explored (a finding), 1 otherwise:
+    a missed expectation, or an explored item that could not run."""
+    return 0 if records and not any(r.counts_against for r in records) else 1
+
+
+class RunSession:
+    """One ``run`` (or ``run --resume``) into one run directory."""
+
+    def __init__(
+        self,
+        opts: RunOptions,
+        console: Console,
+        argv: Sequence[str],
+        resume: Path | None,
+        plan: Plan | None = None,
+        kind: str = "run",
+        policy: ItemPolicy | None = None,
+        on_finished: RunEnding | None = None,
+    ) -> None:
+        self.policy = policy
+        #: What the command prints (and does) once the run's reports are written.
+        self.on_finished = on_finished
+        self.opts = opts
+        self.console = console
+        self.argv = argv
+        self.resume = resume
+        self.kind = kind
+        self.plan = plan if plan is not None else plan_items(opts)
+        assert opts.cache_dir is not None
+        self.environments = Environments(opts.cache_dir, cache_max_gb=opts.cache_max_gb)
+        self.records: list[ItemRecord] = []
+        self.interrupted: str | None = None
+        self.write_error: str | None = None
+        #: The run's metadata as it stands (a new value at each change; written by ``RunDir``).
+        self.meta = RunMeta()
+        #: The run directory, once opened.
+        self.path: Path | None = None
+
+    def _open(self) -> tuple[RunDir, str]:
+        if self.resume is not None:
+            run_dir = RunDir.existing(self.resume)
+            meta = run_dir.read_meta(required=True)
+            self.records = run_dir.records()
+            self.meta = meta.evolve(resumed_at=[*meta.resumed_at, now()])
+            return run_dir, meta.run_id or self.resume.name
+        run_id = new_run_id()
+        run_dir = RunDir.create(self.opts.out_dir or (self.opts.reports_dir / run_id))
+        self.meta = start_meta(self.opts, self.plan, run_id, self.environments, self.argv, kind=self.kind)
+        return run_dir, run_id
+
+    def _say(self, text: str) -> None:
+        self.console.print(plain(text), highlight=False, markup=False)
+
+    def execute(self) -> int:
+        run_dir, run_id = self._open()
+        self.path = run_dir.path
+        with run_dir.locked():
+            if self.resume is None and (run_dir.results_path.exists() or run_dir.meta_path.exists()):
+                # Another run got here first (two runs given one --out).
+                raise UserError(
+                    run_dir.path,
+                    RESULTS_FILE,
+                    "already holds the results of another run",
+                    "choose a new --out directory",
+                )
+            self._clean_up_after_dead_runs()
+            return self._execute(run_dir, run_id)
+
+    def _clean_up_after_dead_runs(self) -> None:
+        swept = sweep_dead_runs()
+        self.meta = self.meta.evolve(isolation=cgroups.describe())
+        if swept:
+            earlier = self.meta.model_extra.get("swept_at_start", []) if self.meta.model_extra else []
+            self.meta = self.meta.evolve(swept_at_start=[*earlier, swept.as_record()])
+            self._say(
+                f"cleaned up after a killed run: {len(swept.processes)} processes, "
+                f"{len(swept.shm_segments)} /dev/shm segments, {len(swept.cgroups)} cgroups"
+            )
+
+    def _execute(self, run_dir: RunDir, run_id: str) -> int:
+        done = {r.key for r in self.records}
+        todo = [i for i in self.plan.items if (i.cell.name, i.repro_id, i.mode) not in done]
+        broken_todo = [(c, b) for c, b in self.plan.broken if (c.name, b.id, "bug") not in done]
+        self.meta = self.meta.evolve(interrupted=None)
+        run_dir.write_meta(self.meta)
+        for stem, broken in self.opts.discovery.broken.items():
+            self._say(f"repro {stem} ({broken.module}) is broken: {broken.reason}")
+        verb = f"resuming {run_id}: {len(done)} items already done, " if self.resume else f"run {run_id}: "
+        if self.plan.shard is not None:
+            shard = self.plan.shard
+            verb += f"shard {shard.index}/{shard.count} of {len(shard.planned_all)} items: "
+        self._say(f"{verb}{len(todo)} items → {run_dir.path}")
+
+        launcher = make_launcher(self.opts.launcher, LauncherContext(log_dir=run_dir.workers_dir))
+        previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
+        # Ctrl-C must interrupt even when the run was started with SIGINT ignored (a
+        # background job of a non-interactive shell inherits it ignored).
+        previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            self._run_items(run_dir, run_id, todo, broken_todo, launcher)
+        except KeyboardInterrupt:
+            self.interrupted = "SIGINT"
+        except RunInterrupted as exc:
+            self.interrupted = str(exc)
+        except ResultsWriteError as exc:
+            self.write_error = str(exc)
+        finally:
+            launcher.close()
+            for name, info in launcher.describe().items():
+                found = self.meta.cells.get(name) or CellMeta()
+                self.meta = self.meta.with_cell(name, found.model_copy(update={"worker": info}))
+            signal.signal(signal.SIGTERM, previous_term)
+            signal.signal(signal.SIGINT, previous_int)
+        return self._finish(run_dir)
+
+    def _run_items(
+        self,
+        run_dir: RunDir,
+        run_id: str,
+        todo: list[PlannedItem],
+        broken_todo: list[tuple[Cell, BrokenRepro]],
+        launcher: Launcher,
+    ) -> None:
+        by_cell: dict[str, list[PlannedItem]] = {}
+        for item in todo:
+            by_cell.setdefault(item.cell.name, []).append(item)
+        with (
+            run_dir.writer() as writer,
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            ) as progress,
+        ):
+            if writer.repaired is not None:
+                self._say(f"set aside a torn last line of {writer.path} ({len(writer.repaired)} characters)")
+            task = progress.add_task("items", total=len(todo))
+
+            def record(item_record: ItemRecord) -> None:
+                writer.append(item_record)
+                self.records.append(item_record)
+                progress.advance(task)
+                self._say(progress_line(item_record))
+
+            def running(count: int) -> None:
+                if count:
+                    progress.update(task, description=f"{count} items queued or running")
+
+            for cell, broken in broken_todo:
+                unloadable = broken_record(run_id, cell, broken)
+                writer.append(unloadable)
+                self.records.append(unloadable)
+                self._say(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})")
+            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments, self.policy)
+            try:
+                for cell_name, items in by_cell.items():
+                    cell = items[0].cell
+                    if self.opts.jobs == 1:
+                        # One item at a time: nothing else runs while an environment is built.
+                        dispatch.drain()
+                    progress.update(task, description=f"{cell_name}: environment")
+                    resolved = self.environments.for_cell(cell)
+                    if resolved.env is not None:
+                        self._say(
+                            f"{cell_name}: environment {resolved.env.key} {self.environments.readiness(resolved.env)}"
+                        )
+                        if resolved.env.repaired:
+                            self._say(f"{cell_name}: {resolved.env.repaired}")
+                    else:
+                        self._say(f"{cell_name}: environment unavailable\n{resolved.reason}")
+                    self.meta = self.meta.with_cell(cell_name, cell_meta(cell, resolved))
+                    run_dir.write_meta(self.meta)
+                    dispatch.submit(items, resolved)
+                dispatch.drain()
+            except BaseException:
+                dispatch.abort()
+                raise
+            finally:
+                self.meta = self.meta.evolve(concurrency=dispatch.concurrency())
+
+    def _write_meta(self, run_dir: RunDir) -> None:
+        try:
+            run_dir.write_meta(self.meta)
+        except OSError as exc:
+            message = f"{run_dir.meta_path}: could not be written ({exc.strerror or exc})"
+            self.write_error = "; ".join(filter(None, [self.write_error, message]))
+
+    def _finish(self, run_dir: RunDir) -> int:
+        self.meta = self.meta.evolve(finished_at=now(), interrupted=self.interrupted, write_error=self.write_error)
+        self._write_meta(run_dir)
+        done = finalize(run_dir)
+        if self.on_finished is not None:
+            added = self.on_finished(self.records, self.meta, self.interrupted is not None)
+            if added:
+                self.meta = self.meta.evolve(**added)
+        self._say(f"results: {run_dir.results_path}")
+        for path in done.written:
+            self._say(f"report: {path}")
+        if done.failed:
+            self.write_error = "; ".join([*filter(None, [self.write_error]), *done.failed])
+            self.meta = self.meta.evolve(write_error=self.write_error)
+        # The orchestrator's own high-water mark, the report included (the ranks are not in it).
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        self.meta = self.meta.evolve(orchestrator_peak_rss_bytes=peak)
+        self._write_meta(run_dir)
+        resume_cmd = shlex.join([*program(), "run", "--resume", str(run_dir.path.resolve())])
+        if self.write_error:
+            self._say(f"error: {self.write_error}; the records written so far are kept. Free space, then: {resume_cmd}")
+            return EXIT_USAGE
+        if self.interrupted:
+            left = self.plan.size - len(self.records)
+            self._say(f"interrupted by {self.interrupted}: {left} items not run; resume with: {resume_cmd}")
+            return EXIT_INTERRUPTED
+        return exit_status(self.records)

@@ -1,0 +1,222 @@
+"""What a run will do: its options, and the items they select (cell x repro x mode).
+
+Every user error in a selection (an unknown repro, cell, lane or mode) is found here,
+before anything runs. Nothing depends on a cell's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.matrix import Cell, Matrix
+from harness.config.repros import BrokenRepro, Discovery
+from harness.core.errors import UserError
+from harness.core.names import one_of, unknown_repro_fix
+from harness.planning.shards import Shard, assign, durations_from, shard_meta
+from harness.records.item import ItemId
+from harness.records.run_meta import ExcludedItem, ShardMeta
+from repros.runtime.spec import MODES
+
+JsonValue = Any
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    matrix: Matrix
+    discovery: Discovery
+    lane: str | None = None
+    cells: tuple[str, ...] = ()
+    repros: tuple[str, ...] = ()
+    modes: tuple[str, ...] = MODES
+    out_dir: Path | None = None
+    reports_dir: Path = Path("reports")
+    cache_dir: Path | None = None
+    cache_dir_given: bool = False
+    #: The environment cache's budget (``--cache-max-gb``); None: ``environments/cache.py``'s default.
+    cache_max_gb: float | None = None
+    #: Packages pinned over every selected cell's own spec (``--pin deepspeed==0.19.5``).
+    pins: tuple[tuple[str, str], ...] = ()
+    repros_dirs: tuple[Path, ...] = ()
+    #: Run only this shard of the plan (``--shard I/N``), balanced by ``reports_dir``'s history.
+    shard: Shard | None = None
+    #: The shard's items as first planned (``--resume`` keeps them, whatever the history says now).
+    shard_items: tuple[str, ...] | None = None
+    #: A registered launcher's name (``harness/execution/launchers``): "worker" or "torchrun".
+    launcher: str = "worker"
+    #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
+    jobs: int = 1
+    #: Run an item again, up to this many times, while its outcome contradicts its expectation
+    #: (``--reruns``): a race upstream (ZeRO-3's gloo gathers before deepspeed 0.19.8) is told from
+    #: a regression, every attempt kept.
+    reruns: int = 0
+    #: Floating specs resolve to what was released before this day (``--as-of YYYY-MM-DD``).
+    as_of: str | None = None
+    #: Run every item this many times (``--repeat``), each attempt recorded; attempts that disagree
+    #: make the item FLAKY, with the count of each outcome.
+    repeat: int = 1
+    #: The test model's size for every selected cell (``--model``), over the cells' own.
+    model: str | None = None
+    #: Explore (``--explore``): every item's observation is a finding, not checked against an
+    #: expectation. A repro that declares no expectation for a mode is explored in it anyway.
+    explore: bool = False
+    #: After the run, write what was observed back as the repros' expectations (``--save-expectations``).
+    save_expectations: bool = False
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    cell: Cell
+    repro_id: str
+    module: str
+    mode: str
+    world_size: int
+    #: ``costs``: the workaround variant the item runs (its ``mode`` is the variant's name).
+    variant: str | None = None
+    #: ``grid``: the combination the item runs, axis -> value.
+    scenario: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
+    #: The mode the ranks run in, where it differs from ``mode`` (the record's label): a
+    #: variant of ``costs`` is labelled by its name and runs in ``bug`` mode.
+    rank_mode: str | None = None
+    #: Explored: what it observes is a finding, reported per cell (``RunOptions.explore``).
+    explore: bool = False
+
+    @property
+    def runs_as_written(self) -> bool:
+        """A scenario as users write it (a variant, a grid combination): classified against every
+        documented signature and the training rule, with no expectation of its own."""
+        return self.variant is not None or self.scenario is not None
+
+    @property
+    def id(self) -> ItemId:
+        return ItemId(self.cell.name, self.repro_id, self.mode)
+
+    def launch_params(self) -> dict[str, JsonValue]:
+        """What the ranks are told (``ctx.params``): the cell's model size, the variant or combination."""
+        params: dict[str, JsonValue] = {"model": self.cell.model}
+        if self.variant is not None:
+            params["variant"] = self.variant
+        if self.scenario is not None:
+            params["scenario"] = dict(self.scenario)
+        return params
+
+
+@dataclass
+class Plan:
+    items: list[PlannedItem] = field(default_factory=list)
+    excluded: list[ExcludedItem] = field(default_factory=list)
+    #: Repro files that could not be loaded, with each cell they would have run in.
+    broken: list[tuple[Cell, BrokenRepro]] = field(default_factory=list)
+    #: With ``--shard``: the whole plan and this shard's part of it (for ``run.json``).
+    shard: ShardMeta | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.items) + len(self.broken)
+
+
+def pinned_cell(cell: Cell, pins: tuple[tuple[str, str], ...]) -> Cell:
+    """``cell`` with some packages pinned over its own specs; named after its origin."""
+    suffix = "+".join(f"{name}-{spec.lstrip('=<>!~')}" for name, spec in pins)
+    return dataclasses.replace(
+        cell,
+        name=f"{cell.name}+{suffix}",
+        packages={**cell.packages, **dict(pins)},
+        origin=cell.origin or cell.name,
+    )
+
+
+def broken_label(cell: Cell, broken: BrokenRepro) -> str:
+    return ItemId(cell.name, broken.id, "bug").label()
+
+
+def selected_cells(opts: RunOptions) -> list[Cell]:
+    matrix = opts.matrix
+    if opts.cells:
+        for name in opts.cells:
+            if name not in matrix.cells:
+                raise UserError(matrix.path, "cells", f"no cell named {name!r}", one_of(name, matrix.cells))
+        cells = [matrix.cells[n] for n in opts.cells]
+        if opts.lane:
+            cells = [c for c in cells if opts.lane in c.lanes]
+    else:
+        lane = opts.lane or matrix.default_lane
+        cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
+    if opts.pins:
+        cells = [pinned_cell(c, opts.pins) for c in cells if c.installs_packages]
+    if opts.model:
+        cells = [dataclasses.replace(c, model=opts.model) for c in cells]
+    if opts.as_of:
+        cells = [dataclasses.replace(c, as_of=opts.as_of) for c in cells]
+    return cells
+
+
+def default_repros(opts: RunOptions) -> tuple[str, ...]:
+    """Only what was asked for: ``--repros``, else the matrix's ``repros:``, else the repros of the
+    directories named (``--repros-dir``, the matrix's ``repros_dirs``), else () (every repro)."""
+    if opts.repros or opts.matrix.repros:
+        return tuple(opts.repros or opts.matrix.repros or ())
+    named = {Path(d).resolve() for d in (*opts.repros_dirs, *opts.matrix.repros_dirs)}
+    if not named:
+        return ()
+
+    def from_named(module: str) -> bool:
+        return not module.startswith("repros.") and Path(module).resolve().parent in named
+
+    mine = [r.id for r in opts.discovery.repros.values() if from_named(r.module)]
+    mine += [stem for stem, b in opts.discovery.broken.items() if from_named(b.module)]
+    return tuple(sorted(mine))
+
+
+def plan_items(opts: RunOptions) -> Plan:
+    known = opts.discovery.repros
+    for wanted in opts.repros:
+        if wanted not in known and wanted not in opts.discovery.broken:
+            fix = unknown_repro_fix(wanted, [*known, *opts.discovery.broken])
+            raise UserError("--repros", wanted, "unknown repro", fix)
+    wanted_repros = default_repros(opts)
+    for mode in opts.modes:
+        if mode not in MODES:
+            raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
+    plan = Plan()
+    for cell in selected_cells(opts):
+        for stem, broken in sorted(opts.discovery.broken.items()):
+            if not wanted_repros or stem in wanted_repros:
+                plan.broken.append((cell, broken))
+        # The order asked for with --repros (or the matrix's repros), else by id.
+        order = [r for r in wanted_repros if r in known] if wanted_repros else sorted(known)
+        for repro_id in order:
+            repro = known[repro_id]
+            if cell.repros is not None and repro_id not in cell.repros:
+                continue
+            for mode in repro.spec.modes:
+                if mode not in opts.modes:
+                    continue
+                exclusion = opts.matrix.exclusion(cell.name, repro_id, mode)
+                if exclusion is not None:
+                    plan.excluded.append(
+                        ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=exclusion.reason)
+                    )
+                    continue
+                world_size = repro.spec.world_size or cell.world_size
+                explore = opts.explore or not any(e.mode == mode for e in repro.spec.expectations)
+                plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size, explore=explore))
+    if opts.shard is not None:
+        _keep_shard(plan, opts, opts.shard)
+    return plan
+
+
+def _keep_shard(plan: Plan, opts: RunOptions, shard: Shard) -> None:
+    """Keep only ``shard``'s part of the whole plan (see ``harness.planning.shards``)."""
+    labels = [i.id.label() for i in plan.items] + [broken_label(c, b) for c, b in plan.broken]
+    durations = durations_from(opts.reports_dir)
+    if opts.shard_items is not None:
+        mine = set(opts.shard_items)
+    else:
+        mine = set(assign(labels, durations, shard.count)[shard.index - 1])
+    plan.items = [i for i in plan.items if i.id.label() in mine]
+    plan.broken = [(c, b) for c, b in plan.broken if broken_label(c, b) in mine]
+    plan.shard = shard_meta(shard, labels, [k for k in labels if k in mine], durations, opts.reports_dir)

@@ -1,0 +1,117 @@
+"""``run --shard I/N``: split a lane's items over N runners, deterministically.
+
+Every shard plans the whole lane, then keeps its own part of it, so N runners that
+see the same matrix, repros and durations split it the same way, with nothing to
+coordinate. The split balances time: each item weighs what it took the last time it
+ran (``wall_s`` of the newest record for its cell/repro/mode in the results under
+the reports directory); an item never seen weighs the median of those that were
+(1 s when none were). Items go heaviest first to the least loaded shard (ties: the
+lower shard, then the label), and each shard keeps them in plan order.
+
+Runners that balance by different histories would split differently, so the CI
+workflow gives every shard the same downloaded history, and each shard records the
+whole plan and its own part in ``run.json`` for ``merge`` to check.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import UserError
+from harness.records.results import RESULTS_FILE, read_results
+from harness.records.run_meta import ShardMeta
+
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+#: What an item weighs when no previous run has timed anything.
+DEFAULT_WEIGHT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int  # 1-based
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """``"2/4"`` -> Shard(2, 4); a ``UserError`` naming ``--shard`` otherwise."""
+    match = _SHARD.match(text)
+    if not match:
+        raise UserError("--shard", text, "is not I/N", "write the shard as I/N with 1 <= I <= N, e.g. --shard 1/4")
+    index, count = int(match[1]), int(match[2])
+    if count < 1 or not 1 <= index <= count:
+        raise UserError(
+            "--shard",
+            text,
+            f"shard {index} of {count} does not exist",
+            f"pick I from 1 to N, e.g. --shard 1/{max(count, 1)}",
+        )
+    return Shard(index, count)
+
+
+def label(cell: str, repro: str, mode: str) -> str:
+    return f"{cell}/{repro}/{mode}"
+
+
+def durations_from(reports_dir: Path) -> dict[str, float]:
+    """Each item's ``wall_s`` in the newest record of it among ``reports_dir/*/results.jsonl``."""
+    newest: dict[str, tuple[str, float]] = {}
+    if not reports_dir.is_dir():
+        return {}
+    for path in sorted(reports_dir.glob(f"*/{RESULTS_FILE}")):
+        try:
+            records = read_results(path)
+        except (OSError, UserError):
+            continue  # a damaged sibling run says nothing about durations
+        for record in records:
+            key, wall = record.id.label(), record.wall_s
+            if wall <= 0:  # nothing ran (UNRESOLVABLE, a broken repro): says nothing about time
+                continue
+            when = record.finished_at
+            if key not in newest or when >= newest[key][0]:
+                newest[key] = (when, wall)
+    return {key: wall for key, (_, wall) in newest.items()}
+
+
+def weights(labels: Sequence[str], durations: Mapping[str, float]) -> dict[str, float]:
+    known = [durations[k] for k in labels if durations.get(k, 0) > 0]
+    default = statistics.median(known) if known else DEFAULT_WEIGHT_S
+    return {k: durations[k] if durations.get(k, 0) > 0 else default for k in labels}
+
+
+def assign(labels: Sequence[str], durations: Mapping[str, float], count: int) -> list[list[str]]:
+    """Split ``labels`` into ``count`` parts of near-equal total weight (longest first)."""
+    if len(set(labels)) != len(labels):
+        raise ValueError("labels must be unique")
+    weight = weights(labels, durations)
+    loads = [0.0] * count
+    parts: list[list[str]] = [[] for _ in range(count)]
+    for key in sorted(labels, key=lambda k: (-weight[k], k)):
+        target = min(range(count), key=lambda i: (loads[i], i))
+        parts[target].append(key)
+        loads[target] += weight[key]
+    position = {k: i for i, k in enumerate(labels)}
+    return [sorted(part, key=position.__getitem__) for part in parts]
+
+
+def shard_meta(
+    shard: Shard, all_labels: Sequence[str], mine: Sequence[str], durations: Mapping[str, float], reports_dir: Path
+) -> ShardMeta:
+    """What ``run.json`` records about a shard, for ``merge`` to check the shards fit together."""
+    return ShardMeta(
+        index=shard.index,
+        count=shard.count,
+        items=list(mine),
+        planned_all=list(all_labels),
+        balanced_by={
+            "reports_dir": str(reports_dir),
+            "items_timed": sum(1 for k in all_labels if durations.get(k, 0) > 0),
+            "expected_s": round(sum(weights(all_labels, durations)[k] for k in mine), 3),
+        },
+    )

@@ -1,0 +1,79 @@
+"""The runs beside a run: every sibling directory holding ``run.json`` and
+``results.jsonl``, oldest first, for the report's trend of each item."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import UserError
+from harness.records.item import ItemRecord
+from harness.records.results import RESULTS_FILE
+from harness.records.run_dir import RUN_FILE, RunDir
+
+#: The most runs the history shows (the newest ones, the current run always among them).
+DEFAULT_LIMIT = 30
+
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class PastRun:
+    run_id: str
+    name: str
+    started_at: str
+    records: dict[Key, ItemRecord]
+    current: bool
+
+
+def _load(directory: Path, current: bool) -> tuple[PastRun | None, str]:
+    """A sibling run, or None and why it cannot be read (it is left out of the history, not fatal)."""
+    run = RunDir(directory)
+    try:
+        records = run.records()
+        meta = run.read_meta()
+    except UserError as exc:
+        return None, exc.line()
+    except OSError as exc:
+        return None, str(exc)
+    return PastRun(
+        run_id=meta.run_id or directory.name,
+        name=directory.name,
+        started_at=meta.started_at or "",
+        records={r.key: r for r in records},
+        current=current,
+    ), ""
+
+
+def load_history(run_dir: Path, limit: int = DEFAULT_LIMIT, skipped: list[str] | None = None) -> list[PastRun]:
+    """``run_dir`` and the runs beside it, oldest first, at most ``limit`` of them. A sibling
+    that cannot be read is left out, and said in ``skipped`` (one line each) when given."""
+    run_dir = run_dir.resolve()
+    runs: list[PastRun] = []
+    try:
+        siblings = sorted(p for p in run_dir.parent.iterdir() if p.is_dir())
+    except OSError:
+        siblings = [run_dir]
+    for directory in siblings:
+        current = directory == run_dir
+        if not current and not ((directory / RUN_FILE).is_file() and (directory / RESULTS_FILE).is_file()):
+            continue
+        run, why = _load(directory, current)
+        if run is not None:
+            runs.append(run)
+        elif skipped is not None:
+            skipped.append(f"{directory.name}: {why}")
+    runs.sort(key=lambda r: (r.started_at, r.name))
+    if len(runs) > limit:
+        older = [r for r in runs[:-limit] if r.current]
+        keep = limit - len(older)
+        runs = older + (runs[-keep:] if keep > 0 else [])
+    return runs
+
+
+def history_items(runs: list[PastRun]) -> list[Key]:
+    """Every item seen, the current run's first (in its order), then the rest by name."""
+    current = next((r for r in runs if r.current), None)
+    first = list(current.records) if current else []
+    rest = sorted({k for r in runs for k in r.records} - set(first))
+    return first + rest

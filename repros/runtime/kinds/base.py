@@ -1,0 +1,50 @@
+"""What a kind of repro is: how its files are recognised, and how one is loaded to run.
+
+Standard library only. A kind ``claims`` the files of a repro directory that declare a repro of
+its kind (statically: nothing of the file runs), and ``load``s one by reference into a
+``LoadedRepro``: its ``SPEC`` and the ``run(ctx)`` a rank calls. Kinds are registered in
+``repros/runtime/kinds/__init__.py``; the orchestrator and the ranks load repros through them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from repros.runtime.spec import ReproSpec
+
+
+@dataclass(frozen=True)
+class LoadedRepro:
+    spec: ReproSpec
+    run: Callable[[Any], None]
+    #: The repro sets up ``torch.distributed`` itself (a user's script calls
+    #: ``init_process_group``); otherwise the rank does, before ``run(ctx)``.
+    owns_process_group: bool = False
+    #: What the ranks need to run it besides its reference, as JSON data (a script's command):
+    #: read once where the repro is described, sent with every item (``ctx.params``).
+    rank_params: dict[str, Any] = field(default_factory=dict)
+
+
+class ReproKind(Protocol):
+    """A kind of repro file: which files it claims (read, never run), how one is loaded to run,
+    and how a rank loads it from what the orchestrator sent (``rank_params``)."""
+
+    #: Its registered name.
+    name: str
+    #: The file suffixes it may claim (a repro file of any other suffix is none of its).
+    suffixes: tuple[str, ...]
+
+    def claims(self, path: Path) -> bool:
+        """Whether the file declares a repro of this kind (read, never run)."""
+        ...
+
+    def load(self, ref: str) -> LoadedRepro:
+        """The repro at ``ref`` (a dotted module name or a file path), imported and ready to run."""
+        ...
+
+    def from_rank_params(self, ref: str, params: dict[str, Any]) -> LoadedRepro | None:
+        """On a rank: the repro from what ``load`` put in ``rank_params`` (None: load ``ref`` instead)."""
+        ...

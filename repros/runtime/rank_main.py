@@ -1,0 +1,216 @@
+"""Entry point of one rank, started by torchrun in a cell's environment.
+
+    python -m torch.distributed.run --standalone --nproc_per_node N \
+        -m repros.runtime.rank_main --module repros.catalog.f1_... --mode bug --item-dir DIR
+
+It imports only the standard library, the cell's packages and the repros package.
+It sends its own stdout/stderr to ``DIR/rank<R>.log``, writes ``DIR/rank<R>.json``
+when it starts and again when it ends, and on an exception leaves at once with a
+non-zero status so that torchrun stops the other ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from repros.runtime.context import Meters, RankContext, installed_versions
+from repros.runtime.lifeline import die_with_parent
+from repros.runtime.loading import load_repro
+from repros.runtime.model_size import use_size
+from repros.runtime.record import ScenarioUnavailable, rank_log_path, write_rank_record
+
+#: How long a collective may block before the process group gives up on its own.
+#: The orchestrator's per-item timeout is the real bound; this only keeps a rank
+#: from outliving it by much if the orchestrator itself is gone.
+PROCESS_GROUP_TIMEOUT_S = 900
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _qualified_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _redirect_output(log_path: Path) -> Any:
+    log = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    # Fatal signals (SIGSEGV, SIGABRT...) print every thread's stack to the log,
+    # and SIGUSR1 does so on demand: the orchestrator sends it before killing a hung item.
+    faulthandler.enable(file=log, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=True, chain=False)
+    return log
+
+
+def _verdicts(spec: Any, error: dict[str, Any], facts: Any) -> dict[str, bool]:
+    verdicts = {}
+    for signature in spec.signatures:
+        try:
+            verdicts[signature.id] = bool(signature.matches(error["type"], error["message"], facts))
+        except Exception:  # noqa: BLE001 - a check that fails does not match
+            verdicts[signature.id] = False
+    return verdicts
+
+
+def _setup_device(local_rank: int, world_size: int) -> tuple[Any, str]:
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        if torch.cuda.device_count() < local_world:
+            raise ScenarioUnavailable(
+                f"{local_world} ranks on this node need {local_world} GPUs; {torch.cuda.device_count()} visible"
+            )
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
+    return device, backend
+
+
+def _device_only(local_rank: int) -> tuple[Any, str | None]:
+    """The device a script that sets up torch.distributed itself will find (nothing initialised)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank), None
+    return torch.device("cpu"), None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--module", required=True, help="the repro module (dotted name) or its file (.py, .yaml)")
+    parser.add_argument("--mode", required=True)
+    parser.add_argument("--item-dir", required=True, type=Path)
+    parser.add_argument("--params", default="{}", help="what the item asks beyond repro and mode (JSON)")
+    args = parser.parse_args(argv)
+    params = json.loads(args.params)
+
+    # A rank dies with whatever started it (the item leader, or torchrun): nothing of an item
+    # outlives its launcher, even when the orchestrator above it is killed.
+    die_with_parent(os.getppid())
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    item_dir: Path = args.item_dir.resolve()  # a script repro changes the working directory
+    _redirect_output(rank_log_path(item_dir, rank))
+
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world_size,
+        "pid": os.getpid(),
+        "mode": args.mode,
+        "status": "running",
+        "phase": "import",
+        "started_at": _now(),
+        "versions": installed_versions(),
+        # The rendezvous: DeepSpeed names its /dev/shm segments after it, and the
+        # orchestrator removes them after the item by these names.
+        "master_addr": os.environ.get("MASTER_ADDR"),
+        "master_port": os.environ.get("MASTER_PORT"),
+    }
+    write_rank_record(item_dir, rank, record)
+
+    exit_code = 0
+    ctx: RankContext | None = None
+    spec = None
+    try:
+        # The repro first (a failure here is the repro's file, not the scenario): it says whether
+        # it sets up torch.distributed itself (a user's script) or the rank does it for it.
+        repro = load_repro(args.module, params)
+        spec = repro.spec
+        record["phase"] = "setup"
+        if repro.owns_process_group:
+            device, backend = _device_only(local_rank)
+        else:
+            device, backend = _setup_device(local_rank, world_size)
+        record.update(device=device.type, backend=backend)
+        if device.type == "cuda":
+            import torch
+
+            record["device_name"] = torch.cuda.get_device_name(device)
+            record["cuda_version"] = torch.version.cuda
+            try:
+                nccl = torch.cuda.nccl.version()  # a tuple in recent torch, an int in old releases
+                record["nccl_version"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            except (AttributeError, RuntimeError):
+                record["nccl_version"] = None
+        write_rank_record(item_dir, rank, record)
+        size = use_size(str(params.get("model") or "tiny"))
+        ctx = RankContext(
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            device=device,
+            backend=backend or "",
+            steps=int(params.get("steps") or size.steps or spec.steps),
+            warmup_steps=int(params.get("warmup_steps") or size.warmup_steps or spec.warmup_steps),
+            mode=args.mode,
+            meters=Meters.for_device(device),
+            params=params,
+        )
+        record["model"] = size.name
+        record["phase"] = "run"
+        repro.run(ctx)
+        record["status"] = "ok"
+    except ScenarioUnavailable as exc:
+        record["status"] = "unavailable"
+        record["unavailable_reason"] = str(exc)
+        exit_code = 3
+    except BaseException as exc:  # noqa: BLE001 - every failure is data here
+        record["status"] = "error"
+        record["error"] = {
+            "type": _qualified_name(exc),
+            "message": str(exc),
+            "traceback": traceback.format_exc(),
+        }
+        if spec is not None:
+            # Signatures with checks of the repro's own are judged here, where their code is; the
+            # orchestrator of a user's repro never runs that code and reads these verdicts.
+            facts = ctx.facts.get("scenario_facts") if ctx is not None else None
+            record["error"]["signature_verdicts"] = _verdicts(spec, record["error"], facts)
+        exit_code = 1
+        traceback.print_exc()
+    finally:
+        if ctx is not None:
+            # The repro's facts stay under their own key: a fact never overwrites the record's fields.
+            record.update(measures=ctx.meters.results(), warmup_steps=ctx.warmup_steps, facts=ctx.facts)
+        record["wall_s"] = time.perf_counter() - started
+        record["finished_at"] = _now()
+        write_rank_record(item_dir, rank, record)
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if exit_code:
+        # Leave without tearing down the process group: a peer may be blocked in a
+        # collective, and torchrun stops the remaining ranks once one has failed.
+        os._exit(exit_code)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""What a repro declares about itself: standard library only.
+
+Both sides of the process boundary read these objects. The orchestrator imports a
+repro module to read its ``SPEC`` (so a repro module must keep its heavy imports
+inside functions); the worker imports the same module to run it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from repros.runtime.outcomes import BY_MODE
+
+#: Modes a repro can run in. ``bug`` runs the documented configuration, ``fixed``
+#: runs the fixed trainer on the same scenario.
+MODES = ("bug", "fixed")
+#: Devices an expectation can be limited to (a rank's ``device.type``).
+DEVICES = ("cpu", "cuda")
+#: What a repro id may look like: it names directories and files of a run, so no path parts.
+REPRO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: The most ranks a repro may ask for.
+MAX_WORLD_SIZE = 1024
+#: What makes a ``fixed`` run a PASS: ``trained`` (the fixed trainer's rule, judged from the
+#: training facts every rank records in ``ctx.facts["train"]``) or ``clean-exit`` (every rank ran
+#: to its end without an error: a user's script with a workaround, which records no facts).
+PASS_RULES = ("trained", "clean-exit")
+
+#: A check on the full text of an exception message; True when the text shows
+#: the documented symptom.
+MessageCheck = Callable[[str], bool]
+#: A check on the facts the failing rank recorded about its scenario (``scenario_facts``
+#: in its record, e.g. how many parameters were trainable); True when they fit the failure. It
+#: tells apart failures that raise the same text for different reasons.
+FactsCheck = Callable[[Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How a documented failure shows itself.
+
+    ``exception`` is the fully qualified type name the rank recorded (its module
+    plus qualified name); ``aliases`` lists other names the same class is known by
+    in other library versions. ``pattern`` is a regular expression searched in the
+    message; every one of ``checks`` must also hold for the signature to count, and
+    every one of ``facts_checks`` on the scenario facts the failing rank recorded.
+    """
+
+    id: str
+    exception: str
+    pattern: str
+    checks: tuple[MessageCheck, ...] = ()
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    facts_checks: tuple[FactsCheck, ...] = ()
+    #: Read from data (a user's repro, described in a child process): its checks are code that
+    #: only the rank that raised ran, so the rank's recorded verdict stands in for them.
+    verdict_from_rank: bool = False
+
+    @property
+    def declarative(self) -> bool:
+        """Matched on the exception type and the pattern alone (no code of the repro's)."""
+        return not (self.checks or self.facts_checks or self.verdict_from_rank)
+
+    def matches(
+        self,
+        exception_type: str,
+        message: str,
+        facts: Mapping[str, Any] | None = None,
+        rank_verdicts: Mapping[str, bool] | None = None,
+    ) -> bool:
+        if exception_type != self.exception and exception_type not in self.aliases:
+            return False
+        if not re.search(self.pattern, message, flags=re.MULTILINE):
+            return False
+        if self.verdict_from_rank:
+            return bool((rank_verdicts or {}).get(self.id))
+        if not all(check(message) for check in self.checks):
+            return False
+        return all(check(facts or {}) for check in self.facts_checks)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a mode is expected to observe where ``when`` holds.
+
+    ``when`` maps package names to PEP 440 specifier strings that the cell's
+    resolved versions must all satisfy (an empty mapping holds everywhere).
+    ``device``, where given, limits it to ranks on that device type (``cpu`` or
+    ``cuda``): what a CPU cannot run may well reproduce on a GPU runner.
+    ``established_by`` is the command whose run established the range. The first
+    expectation of a mode that holds is the one used. Expectations are only
+    compared with observations after the fact; they never decide an outcome.
+    """
+
+    mode: str
+    outcome: str
+    when: Mapping[str, str] = field(default_factory=dict)
+    established_by: str = ""
+    note: str = ""
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A workaround the field recommends, as a change to the repro's documented scenario
+    (``overrides``: ``Scenario`` fields), run as users would (no guards unless ``guards``), so
+    ``costs`` can say whether it trains and what it costs. ``claim`` cites where it is advised."""
+
+    name: str
+    description: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    guards: bool = False
+    claim: str = ""
+
+
+#: The two variants every repro with a documented scenario has.
+AS_DOCUMENTED = "as-documented"
+FIXED_TRAINER = "fixed-trainer"
+
+
+@dataclass(frozen=True)
+class ReproSpec:
+    id: str
+    title: str
+    upstream: tuple[str, ...]
+    signatures: tuple[Signature, ...]
+    expectations: tuple[Expectation, ...]
+    modes: tuple[str, ...] = MODES
+    #: Ranks to launch; ``None`` takes the cell's world size.
+    world_size: int | None = None
+    #: Steps the scenario trains for, the first ``warmup_steps`` not timed.
+    steps: int = 5
+    warmup_steps: int = 1
+    description: str = ""
+    #: Workarounds to price (``costs``), beyond the documented scenario and the fixed trainer.
+    variants: tuple[Variant, ...] = ()
+    #: What makes a ``fixed`` run a PASS (one of ``PASS_RULES``).
+    pass_rule: str = "trained"
+
+    def __post_init__(self) -> None:
+        """Refuse what would misreport or write outside a run's directory: a path in the id,
+        a world size that launches no rank, an expectation no mode can observe."""
+        if not isinstance(self.id, str) or not REPRO_ID.match(self.id):
+            raise ValueError(
+                f"repro id {self.id!r} is not allowed: use up to 64 letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit (it names the item's directory)"
+            )
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown:
+            raise ValueError(f"{self.id}: unknown modes {unknown}; known: {MODES}")
+        if self.world_size is not None and (
+            not isinstance(self.world_size, int)
+            or isinstance(self.world_size, bool)
+            or not 1 <= self.world_size <= MAX_WORLD_SIZE
+        ):
+            raise ValueError(
+                f"{self.id}: world_size {self.world_size!r} must be a whole number from 1 to {MAX_WORLD_SIZE}"
+            )
+        for exp in self.expectations:
+            if exp.mode not in self.modes:
+                raise ValueError(f"{self.id}: expectation for mode {exp.mode!r} it does not run")
+            if exp.outcome not in BY_MODE[exp.mode]:
+                raise ValueError(
+                    f"{self.id}: {exp.mode} mode cannot observe {exp.outcome!r}; "
+                    f"use one of {', '.join(BY_MODE[exp.mode])}"
+                )
+            if exp.device is not None and exp.device not in DEVICES:
+                raise ValueError(f"{self.id}: expectation device {exp.device!r} is not one of {DEVICES}")
+        if not isinstance(self.steps, int) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"{self.id}: steps and warmup_steps must be whole numbers, warmup_steps >= 0")
+        if self.steps <= self.warmup_steps:
+            raise ValueError(f"{self.id}: steps must exceed warmup_steps")
+        if self.pass_rule not in PASS_RULES:
+            raise ValueError(f"{self.id}: pass_rule {self.pass_rule!r} is not one of {PASS_RULES}")
+        names = [v.name for v in self.variants]
+        reserved = {AS_DOCUMENTED, FIXED_TRAINER}
+        if len(set(names)) != len(names) or reserved & set(names):
+            raise ValueError(f"{self.id}: variant names must be unique and not {sorted(reserved)}")
+        for variant in self.variants:
+            if not REPRO_ID.match(variant.name):
+                raise ValueError(f"{self.id}: variant name {variant.name!r} is not a plain name")
+
+    def variant_names(self) -> list[str]:
+        """Every variant ``costs`` runs: the documented scenario, the fixed trainer, then the declared ones."""
+        return [AS_DOCUMENTED, FIXED_TRAINER, *(v.name for v in self.variants)]
+
+    def variant(self, name: str) -> Variant:
+        if name == AS_DOCUMENTED:
+            return Variant(AS_DOCUMENTED, "the documented configuration, as users wrote it")
+        if name == FIXED_TRAINER:
+            return Variant(FIXED_TRAINER, "the fixed trainer's guards", guards=True)
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise KeyError(f"{self.id} has no variant {name!r}; it has {', '.join(self.variant_names())}")
+
+    def signature(self, signature_id: str) -> Signature | None:
+        return next((s for s in self.signatures if s.id == signature_id), None)
+
+
+# -- as data: what a child process describing a user's repro hands back --------------------------------
+
+
+def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
+    return {
+        "id": spec.id,
+        "title": spec.title,
+        "upstream": list(spec.upstream),
+        "signatures": [
+            {
+                "id": s.id,
+                "exception": s.exception,
+                "pattern": s.pattern,
+                "aliases": list(s.aliases),
+                "description": s.description,
+                "has_checks": bool(s.checks or s.facts_checks or s.verdict_from_rank),
+            }
+            for s in spec.signatures
+        ],
+        "expectations": [
+            {
+                "mode": e.mode,
+                "outcome": str(e.outcome),
+                "when": dict(e.when),
+                "established_by": e.established_by,
+                "note": e.note,
+                "device": e.device,
+            }
+            for e in spec.expectations
+        ],
+        "modes": list(spec.modes),
+        "world_size": spec.world_size,
+        "steps": spec.steps,
+        "warmup_steps": spec.warmup_steps,
+        "description": spec.description,
+        "variants": [
+            {
+                "name": v.name,
+                "description": v.description,
+                "overrides": dict(v.overrides),
+                "guards": v.guards,
+                "claim": v.claim,
+            }
+            for v in spec.variants
+        ],
+        "pass_rule": spec.pass_rule,
+    }
+
+
+def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
+    """A ``ReproSpec`` from ``spec_to_data``'s output (validated again on the way in)."""
+    return ReproSpec(
+        id=data["id"],
+        title=str(data["title"]),
+        upstream=tuple(str(u) for u in data["upstream"]),
+        signatures=tuple(
+            Signature(
+                id=str(s["id"]),
+                exception=str(s["exception"]),
+                pattern=str(s["pattern"]),
+                aliases=tuple(str(a) for a in s["aliases"]),
+                description=str(s["description"]),
+                verdict_from_rank=bool(s["has_checks"]),
+            )
+            for s in data["signatures"]
+        ),
+        expectations=tuple(
+            Expectation(
+                mode=str(e["mode"]),
+                outcome=str(e["outcome"]),
+                when={str(k): str(v) for k, v in dict(e["when"]).items()},
+                established_by=str(e["established_by"]),
+                note=str(e["note"]),
+                device=e["device"],
+            )
+            for e in data["expectations"]
+        ),
+        modes=tuple(data["modes"]),
+        world_size=data["world_size"],
+        steps=data["steps"],
+        warmup_steps=data["warmup_steps"],
+        description=str(data["description"]),
+        variants=tuple(
+            Variant(str(v["name"]), str(v["description"]), dict(v["overrides"]), bool(v["guards"]), str(v["claim"]))
+            for v in data.get("variants") or []
+        ),
+        pass_rule=str(data.get("pass_rule") or "trained"),
+    )

@@ -1,0 +1,316 @@
+"""The fixed trainer: a small LoRA / QLoRA / DoRA trainer that works around the documented failures.
+
+A ``Scenario`` (``repros/trainer/scenario.py``) describes what a user asks for (engine, adapter,
+quantization, ZeRO stage, checkpointing...). ``choose_guards`` (``repros/trainer/guards.py``, one
+table of workarounds) looks at the scenario and the installed versions and returns the guards
+that apply; ``train`` runs the scenario with the guards it is given and reports what happened:
+the loss per step, each adapter parameter's gradient norm per step, and how far each adapter
+weight moved. A repro's ``bug`` mode calls ``train`` with no guards (the documented
+configuration as users wrote it), its ``fixed`` mode with ``choose_guards``'s list. Whether the
+run counts as trained is judged by the orchestrator from those facts, not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from repros.runtime.context import RankContext
+from repros.runtime.model_size import current_size
+from repros.trainer import adapter_io
+from repros.trainer.guards import Guard, apply_guards
+from repros.trainer.hf_trainer import train_hf
+from repros.trainer.model import Trained, adapter_parameters, build_model, json_number, scenario_facts, training_batch
+from repros.trainer.scenario import Scenario
+
+# --------------------------------------------------------------------------- engines
+
+
+class _Engine:
+    """The few operations the loop needs, per engine. A subclass sets ``wrapped`` (what the
+    loop calls) and, unless it steps through its own engine, ``optimizer``."""
+
+    wrapped: Any
+    optimizer: Any
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        self.scenario, self.ctx, self.model = scenario, ctx, model
+
+    def forward(self, batch: Any) -> Any:
+        return self.wrapped(input_ids=batch, labels=batch).loss
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def full_param(self, param: Any) -> Any:
+        return param.detach().float().clone()
+
+    def full_grad_norm(self, param: Any) -> float | None:
+        return None if param.grad is None else float(param.grad.detach().float().norm())
+
+    # What the loop reads; an engine whose parameters are not the model's own overrides these.
+    def adapters(self) -> list[tuple[str, Any]]:
+        return adapter_parameters(self.model)
+
+    def full_params(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        return {name: self.full_param(p) for name, p in adapters}
+
+    def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
+        return {name: self.full_grad_norm(p) for name, p in adapters}
+
+
+def deepspeed_config(scenario: Scenario) -> dict[str, Any]:
+    """The DeepSpeed config of the own loop (the HF loop's is ``hf_trainer.trainer_deepspeed_config``)."""
+    zero: dict[str, Any] = {"stage": scenario.zero_stage}
+    if scenario.zero3_persistence_threshold is not None:
+        zero["stage3_param_persistence_threshold"] = scenario.zero3_persistence_threshold
+    if scenario.zero3_sub_group_size is not None:
+        zero["sub_group_size"] = scenario.zero3_sub_group_size
+    if scenario.zero3_gather_16bit_on_save:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if scenario.zero3_allgather_sequential:
+        zero["stage3_allgather_sequential"] = True
+    return {
+        "train_micro_batch_size_per_gpu": scenario.batch_size,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": scenario.bf16},
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+    }
+
+
+class _DeepSpeedEngine(_Engine):
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import deepspeed
+        import torch
+
+        super().__init__(scenario, ctx, model)
+        # A torch optimizer as the client optimizer: no fused/cpu Adam JIT build.
+        optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self.wrapped, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(scenario))
+
+    def backward(self, loss: Any) -> None:
+        self.wrapped.backward(loss)
+
+    def step(self) -> None:
+        self.wrapped.step()
+
+    def full_param(self, param: Any) -> Any:
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        value = safe_get_full_fp32_param(param)
+        return None if value is None else value.detach().float().clone()
+
+    def full_grad_norm(self, param: Any) -> float | None:
+        from deepspeed.utils import safe_get_full_grad
+
+        grad = safe_get_full_grad(param)
+        return None if grad is None else float(grad.detach().float().norm())
+
+
+class _AutocastEngine(_Engine):
+    """An engine whose own mixed precision is torch autocast (bf16) around the forward."""
+
+    _autocast: bool = False
+
+    def forward(self, batch: Any) -> Any:
+        import torch
+
+        with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
+            return self.wrapped(input_ids=batch, labels=batch).loss
+
+
+class _DDPEngine(_AutocastEngine):
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        super().__init__(scenario, ctx, model)
+        model.to(ctx.device)
+        options: dict[str, Any] = {}
+        if scenario.ddp_find_unused_parameters:
+            options["find_unused_parameters"] = True
+        if scenario.ddp_static_graph:
+            options["static_graph"] = True
+        self.wrapped = DistributedDataParallel(
+            model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None, **options
+        )
+        self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self._autocast = scenario.bf16
+
+
+class _FSDP2Engine(_AutocastEngine):
+    """torch's ``fully_shard`` on each decoder layer and the root, bf16 mixed precision on
+    the layers (and on the root only when ``fsdp_root_mixed_precision``), CPU/CUDA autocast on."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+
+        from repros.trainer.fsdp2 import fully_shard, mixed_precision_policy
+
+        super().__init__(scenario, ctx, model)
+        model.to(ctx.device)
+        policy = mixed_precision_policy(torch.bfloat16) if scenario.bf16 else None
+        for layer in _decoder_layers(model):
+            fully_shard(layer, **({"mp_policy": policy} if policy else {}))
+        root_policy = policy if scenario.fsdp_root_mixed_precision else None
+        fully_shard(model, **({"mp_policy": root_policy} if root_policy else {}))
+        self.wrapped = model
+        self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self._autocast = scenario.bf16
+
+    def full_param(self, param: Any) -> Any:
+        full = param.full_tensor() if hasattr(param, "full_tensor") else param
+        return full.detach().float().clone()
+
+    def full_grad_norm(self, param: Any) -> float | None:
+        grad = param.grad
+        if grad is None:
+            return None
+        full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        return float(full.detach().float().norm())
+
+
+class _FSDP1Engine(_AutocastEngine):
+    """torch's ``FullyShardedDataParallel`` wrapped as the scenario says (``fsdp1_wrap``,
+    ``fsdp1_use_orig_params``), CPU/CUDA autocast for bf16. Adapters are handled by name: with
+    ``use_orig_params=False`` the module's parameters are FSDP's flat parameters."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        import torch
+
+        from repros.trainer.fsdp1 import wrap_fsdp1
+
+        super().__init__(scenario, ctx, model)
+        self._adapter_names = [name for name, _ in adapter_parameters(model)]
+        self.wrapped = wrap_fsdp1(model, scenario.fsdp1_wrap, scenario.fsdp1_use_orig_params, ctx.device)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.wrapped.parameters() if p.requires_grad], lr=scenario.learning_rate
+        )
+        self._autocast = scenario.bf16
+
+    def adapters(self) -> list[tuple[str, Any]]:
+        return [(name, name) for name in self._adapter_names]
+
+    def full_params(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        from repros.trainer.fsdp1 import full_params
+
+        return full_params(self.wrapped, [name for name, _ in adapters])
+
+    def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
+        from repros.trainer.fsdp1 import full_grad_norms
+
+        return full_grad_norms(self.wrapped, [name for name, _ in adapters])
+
+
+def _decoder_layers(model: Any) -> Iterator[Any]:
+    for module in model.modules():
+        if type(module).__name__.endswith("DecoderLayer"):
+            yield module
+
+
+_ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
+    "deepspeed": _DeepSpeedEngine,
+    "fsdp2": _FSDP2Engine,
+    "ddp": _DDPEngine,
+    "fsdp1": _FSDP1Engine,
+}
+
+
+def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
+    """Train ``scenario`` (with ``guards`` applied) for ``ctx.steps`` steps; facts go to ``ctx.facts``.
+    Where the scenario loads its model from a checkpoint (``zero_init``, the HF loop) or saves the
+    adapter after training, the item gets a scratch directory with the base checkpoint in it."""
+    size = current_size()
+    effective = apply_guards(scenario, guards)
+    effective = replace(
+        effective, batch_size=effective.batch_size or size.batch_size, seq_len=effective.seq_len or size.seq_len
+    )
+    ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
+    if effective.zero3_wait_every_gather:
+        # Before any engine exists: every gather of this process, the trainer's and the
+        # after-training steps' (merge, sync, save), waits on all of its handles.
+        from repros.trainer.zero3_gathers import wait_on_every_gather
+
+        wait_on_every_gather()
+    if effective.zero3_handles_wait_once:
+        from repros.trainer.zero3_gathers import gather_handles_wait_once
+
+        gather_handles_wait_once()
+    if not (effective.save_adapter or effective.zero_init or effective.trainer_loop == "hf"):
+        return _train_own(effective, ctx)
+    with adapter_io.shared_workdir() as work:
+        base_dir = adapter_io.save_base_checkpoint(work)
+        if effective.trainer_loop == "hf":
+            trained = train_hf(effective, ctx, work, base_dir)
+        elif effective.zero_init:
+            with adapter_io.zero_init(deepspeed_config(effective)):
+                trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+        else:
+            trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+        if effective.save_adapter:
+            adapter_io.save_and_check(trained, effective, ctx, work, base_dir)
+        adapter_io.forget_zero_init()
+        if dist_initialized():
+            import torch.distributed as dist
+
+            dist.barrier()  # nobody leaves while rank 0 may still read the directory
+    return trained
+
+
+def dist_initialized() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _train_own(effective: Scenario, ctx: RankContext, base: Any = None) -> Trained:
+    model = build_model(effective, base=base)
+    ctx.facts["scenario_facts"] = scenario_facts(effective, model)
+    engine = _ENGINES[effective.engine](effective, ctx, model)
+    # Read after wrapping: FSDP2 replaces each parameter with its sharded DTensor.
+    adapters = engine.adapters()
+    batch = training_batch(effective, ctx.rank).to(ctx.device)
+    ctx.facts["batch_shape"] = list(batch.shape)
+
+    before = engine.full_params(adapters)
+    losses: list[float] = []
+    grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
+    engine.wrapped.train()
+    ctx.meters.training_begins()
+    for _ in range(ctx.steps):
+        ctx.meters.resume()
+        loss = engine.forward(batch)
+        engine.backward(loss)
+        ctx.meters.pause()
+        # Gradient probes are collectives under ZeRO and FSDP: every rank takes them, untimed.
+        for name, norm in engine.full_grad_norms(adapters).items():
+            grad_norms[name].append(norm)
+        ctx.meters.resume()
+        engine.step()
+        ctx.meters.pause()
+        ctx.meters.end_step()
+        losses.append(float(loss.detach().float()))
+    after = engine.full_params(adapters)
+
+    ctx.facts["train"] = {
+        "losses": [json_number(v) for v in losses],
+        "adapter_grad_norms": {k: [json_number(v) for v in vs] for k, vs in grad_norms.items()},
+        "adapter_weight_delta": {
+            name: (
+                None if before[name] is None or after[name] is None else float((after[name] - before[name]).abs().max())
+            )
+            for name, _ in adapters
+        },
+    }
+    return Trained(engine=effective.engine, wrapped=engine.wrapped, model=model, batch=batch, losses=losses)
+
+
+def train_deepspeed(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
+    """``train`` for a DeepSpeed scenario (kept for the repros written against it)."""
+    return train(replace(scenario, engine="deepspeed"), ctx, guards)

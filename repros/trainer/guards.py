@@ -1,0 +1,374 @@
+"""The fixed trainer's workarounds, as one table: each guard's id, when it applies, what it
+changes in the scenario, and why.
+
+``choose_guards`` walks the table in order over the scenario as the guards before it left it
+(so ``input-require-grads`` sees the reentrant checkpointing ``zero3-reentrant-checkpointing``
+switched on) and the installed versions; ``apply_guards`` applies the chosen ones. A new guard
+is one row here.
+
+Guards (each recorded by id, with its reason, in the result):
+- ``use-cache-off``: under gradient checkpointing, ``config.use_cache = False``.
+- ``zero3-reentrant-checkpointing``: ZeRO-3 with frozen base weights and non-reentrant
+  checkpointing on a DeepSpeed without PR #8148 re-partitions frozen weights to ``[0]``
+  before torch checks the recompute (F1); checkpoint reentrantly instead.
+- ``ddp-static-graph``: DDP with ``find_unused_parameters=True`` under reentrant
+  checkpointing marks each checkpointed adapter ready once after the forward (unused: the
+  checkpoint hides it) and again in the recompute's backward (F6); declare the graph static
+  (``static_graph=True``), which keeps the user's checkpointing and unused-parameter search.
+- ``input-require-grads``: under reentrant checkpointing with a frozen embedding no
+  checkpointed block's input requires grad, so the adapters inside get none (F5); make the
+  embedding output require grad (not when PEFT did so itself: checkpointing enabled before
+  ``get_peft_model``).
+- ``fsdp1-use-orig-params``: FSDP1 with ``use_orig_params=False`` flattens each unit's
+  parameters into one and refuses frozen base weights and trainable adapters in one unit
+  (F8); keep the original parameters (``use_orig_params=True``, torch PR #98221).
+- ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
+  checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
+  cast fix (F2); put the root module under the same mixed-precision policy as the layers.
+- ``peft-model-wrap``: a quantized HF model with an adapter added by ``add_adapter`` goes to
+  the engine as a raw HF model, whose ``.to`` transformers refuses (F3); wrap it in a
+  ``PeftModel`` instead.
+- ``bnb-cpu-no-repack``: bitsandbytes on an AVX512-BF16 CPU repacks 4-bit weights in place
+  after an eval-mode forward, after which dequantize/merge return wrong weights; turn the
+  repacking off on every ``Linear4bit``.
+- ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
+  names (F4); merge the adapters into the base (dequantizing first when quantized), load
+  strictly, and check the logits against the trained model.
+- ``zero2-for-modules-to-save``: DeepSpeed before 0.19.3 cannot train PEFT ``modules_to_save``
+  under ZeRO-3 at all ("'Linear' object has no attribute 'ds_grads_remaining'" in the first
+  backward, DeepSpeed#7615; seen here on 0.18.0 and 0.19.2, not on 0.19.3); use ZeRO-2, which keeps
+  every parameter whole on every rank (more memory per rank).
+- ``zero3-wait-every-gather``: DeepSpeed before 0.19.8 waits only on the last of the async
+  all-gathers of a coalesced ZeRO-3 parameter gather; on gloo they run unordered on threads of
+  their own, so a parameter can be read before its gather arrived (F17, DeepSpeed PR #8539): wait
+  on every handle. A hazard of CPU runs, not of a scenario: on a CPU it applies in every mode of
+  every repro but F17's own (``hazard_guards``), so that no other repro's outcome depends on it.
+- ``zero3-gather-handles-wait-once``: DeepSpeed before 0.19.7 with ``stage3_allgather_sequential``
+  registers one gather handle under every parameter of a prefetch and waits it once per parameter;
+  a late wait marks a parameter already released AVAILABLE, and the next forward multiplies with an
+  empty weight (F20, DeepSpeed#8486): make a handle's second wait do nothing (PR #8487).
+- ``zero3-gathered-save``: under ZeRO-3 every rank holds a shard of each parameter; a save that
+  does not gather them writes an empty adapter (transformers < 5's ``Trainer.save_model`` without
+  ``stage3_gather_16bit_weights_on_model_save``) or ``[0]``-shaped tensors (``save_pretrained`` on
+  rank 0) (F7), and peft 0.15.0 reads ``modules_to_save`` from the module itself even when handed
+  a gathered state dict (F9); save inside ``deepspeed.zero.GatheredParameters`` of the trainable
+  parameters instead.
+- ``resize-before-zero3-init``: transformers 4.43.0 .. 4.43.3 resizes the token embeddings of a
+  model ZeRO-3 partitioned as it loaded (``zero.Init``) into an embedding whose partitioned shape
+  keeps the old vocabulary (and ``config.vocab_size`` 0 with ``pad_to_multiple_of``) (F10); load
+  the model whole, resize, and let ``deepspeed.initialize`` partition it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from importlib import metadata
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from repros.trainer.scenario import Scenario
+
+#: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
+#: frozen params"). Established by running F1 (see repros/catalog/f1_zero3_frozen_ckpt.py).
+DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
+#: First DeepSpeed release seen training PEFT modules_to_save under ZeRO-3 (0.18.0 and 0.19.2 fail
+#: with DeepSpeed#7615's AttributeError). Established by running F9 (repros/catalog/f9_modules_to_save_zero3.py).
+DEEPSPEED_Z3_MODULES_TO_SAVE_FIX = Version("0.19.3")
+#: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
+TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
+#: transformers releases whose resize_token_embeddings breaks under zero.Init (F10: from PR #31979
+#: to PR #32214). Established by running F10 (see repros/catalog/f10_resize_embeddings_zero3.py).
+TRANSFORMERS_ZERO3_RESIZE_BROKEN = (Version("4.43.0"), Version("4.43.4"))
+#: First DeepSpeed release whose coalesced ZeRO-3 gather waits on every handle (PR #8539).
+#: Established by running F17 (see repros/catalog/f17_zero3_gloo_gather_race.py).
+DEEPSPEED_Z3_GATHER_WAIT_FIX = Version("0.19.8")
+#: First DeepSpeed release whose single-parameter gather handles wait once (PR #8487).
+#: Established by running F20 (see repros/catalog/f20_zero3_sequential_handle_rewait.py).
+DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX = Version("0.19.7")
+
+#: Installed versions the guards look at: package name -> version (None: not installed).
+Versions = Mapping[str, Version | None]
+GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A guard as applied: its id and why it applied here."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GuardRule:
+    """One workaround of the fixed trainer: its id, the documented failure it works around, when
+    it applies (the scenario and the installed versions), the scenario fields it sets, and why."""
+
+    id: str
+    #: The documented failure it works around (a repro id), or "" for hygiene and for a failure no
+    #: repro documents yet (its reason names the upstream report).
+    works_around: str
+    applies: Callable[[Scenario, Versions], bool]
+    #: Scenario fields it sets.
+    effect: Mapping[str, Any]
+    reason: Callable[[Versions], str]
+    #: A hazard of the machine the harness runs on rather than of the scenario (F17's gather race,
+    #: on gloo only): guarded in every mode on a CPU, so that a ``bug`` run shows the repro's own
+    #: failure and not this one, except in the repro that documents it (``hazard_guards``).
+    every_mode: bool = False
+
+
+def installed_versions(packages: tuple[str, ...] = GUARDED_PACKAGES) -> dict[str, Version | None]:
+    found: dict[str, Version | None] = {}
+    for name in packages:
+        try:
+            found[name] = Version(metadata.version(name))
+        except (metadata.PackageNotFoundError, InvalidVersion):
+            found[name] = None
+    return found
+
+
+def checkpoints_reentrantly(scenario: Scenario, versions: Versions | None = None) -> bool:
+    """Whether the scenario's checkpointing is reentrant, the library default resolved."""
+    if not scenario.gradient_checkpointing:
+        return False
+    if scenario.use_reentrant is not None:
+        return scenario.use_reentrant
+    transformers = (versions if versions is not None else installed_versions()).get("transformers")
+    return transformers is None or transformers < TRANSFORMERS_NON_REENTRANT_DEFAULT
+
+
+def _zero3_frozen_ckpt_affected(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.gradient_checkpointing
+        and not checkpoints_reentrantly(s, v)
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_FROZEN_CKPT_FIX
+    )
+
+
+def _ddp_reentrant_unused_search(s: Scenario, v: Versions) -> bool:
+    return (
+        s.engine == "ddp" and s.ddp_find_unused_parameters and not s.ddp_static_graph and checkpoints_reentrantly(s, v)
+    )
+
+
+def _peft_makes_inputs_require_grad(s: Scenario) -> bool:
+    """``get_peft_model`` on a model already checkpointing calls ``enable_input_require_grads``
+    itself (unquantized models; PEFT's ``_prepare_model_for_gradient_checkpointing``)."""
+    return (
+        s.gradient_checkpointing
+        and s.checkpointing_before_adapter
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.quantization
+    )
+
+
+def _zero3_resize_affected(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_ZERO3_RESIZE_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and s.add_tokens > 0
+        and transformers is not None
+        and low <= transformers < high
+    )
+
+
+def _zero3_gather_race(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and not s.zero3_wait_every_gather
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_GATHER_WAIT_FIX
+    )
+
+
+def _zero3_handle_rewait(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero3_allgather_sequential
+        and not s.zero3_handles_wait_once
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX
+    )
+
+
+GUARDS: tuple[GuardRule, ...] = (
+    GuardRule(
+        "use-cache-off",
+        "",
+        lambda s, v: s.gradient_checkpointing and s.use_cache is not False,
+        {"use_cache": False},
+        lambda v: "KV cache is useless and harmful under gradient checkpointing",
+    ),
+    GuardRule(
+        "zero3-reentrant-checkpointing",
+        "F1",
+        _zero3_frozen_ckpt_affected,
+        {"use_reentrant": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_FROZEN_CKPT_FIX} re-partitions frozen weights "
+            "during non-reentrant recompute (F1, DeepSpeed PR #8148)"
+        ),
+    ),
+    GuardRule(
+        "ddp-static-graph",
+        "F6",
+        _ddp_reentrant_unused_search,
+        {"ddp_static_graph": True},
+        lambda v: "DDP's unused-parameter search marks adapters under reentrant checkpointing ready twice (F6)",
+    ),
+    GuardRule(
+        "input-require-grads",
+        "F5",
+        lambda s, v: (
+            s.gradient_checkpointing
+            and checkpoints_reentrantly(s, v)
+            and not s.input_require_grads
+            and not _peft_makes_inputs_require_grad(s)
+        ),
+        {"input_require_grads": True},
+        lambda v: "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)",
+    ),
+    GuardRule(
+        "fsdp1-use-orig-params",
+        "F8",
+        lambda s, v: s.engine == "fsdp1" and not s.fsdp1_use_orig_params and s.fsdp1_wrap != "peft",
+        {"fsdp1_use_orig_params": True},
+        lambda v: "FSDP1 without use_orig_params refuses frozen and trainable parameters in one unit (F8)",
+    ),
+    GuardRule(
+        "fsdp-uniform-dtypes",
+        "F2",
+        lambda s, v: s.engine == "fsdp2" and s.bf16 and not s.fsdp_root_mixed_precision,
+        {"fsdp_root_mixed_precision": True},
+        lambda v: "float32 tensors entering a checkpointed bf16 FSDP layer may be recomputed in another dtype (F2)",
+    ),
+    GuardRule(
+        "peft-model-wrap",
+        "F3",
+        lambda s, v: bool(s.quantization) and s.peft_wrapping != "peft_model",
+        {"peft_wrapping": "peft_model"},
+        lambda v: "engines call .to on a raw HF model, which transformers refuses when quantized (F3)",
+    ),
+    GuardRule(
+        "bnb-cpu-no-repack",
+        "",
+        lambda s, v: s.quantization == "nf4" and not s.bnb_no_repack,
+        {"bnb_no_repack": True},
+        lambda v: "bitsandbytes' CPU repacking of 4-bit weights corrupts dequantize/merge",
+    ),
+    GuardRule(
+        "resize-before-zero3-init",
+        "F10",
+        _zero3_resize_affected,
+        {"zero_init": False},
+        lambda v: (
+            f"transformers {v.get('transformers')} resizes embeddings partitioned by zero.Init to a stale "
+            "shape (F10, transformers PR #32214)"
+        ),
+    ),
+    GuardRule(
+        "zero2-for-modules-to-save",
+        "",
+        lambda s, v: (
+            s.engine == "deepspeed"
+            and s.zero_stage == 3
+            and bool(s.modules_to_save)
+            and (deepspeed := v.get("deepspeed")) is not None
+            and deepspeed < DEEPSPEED_Z3_MODULES_TO_SAVE_FIX
+        ),
+        {"zero_stage": 2},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MODULES_TO_SAVE_FIX} cannot train modules_to_save "
+            "under ZeRO-3 "
+            "('ds_grads_remaining', DeepSpeed#7615)"
+        ),
+    ),
+    GuardRule(
+        "zero3-wait-every-gather",
+        "F17",
+        _zero3_gather_race,
+        {"zero3_wait_every_gather": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_GATHER_WAIT_FIX} waits only on the last all-gather of "
+            "a coalesced ZeRO-3 gather; on gloo the others may not have arrived (F17, DeepSpeed PR #8539)"
+        ),
+        every_mode=True,
+    ),
+    GuardRule(
+        "zero3-gather-handles-wait-once",
+        "F20",
+        _zero3_handle_rewait,
+        {"zero3_handles_wait_once": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX} with sequential ZeRO-3 gathers "
+            "waits a handle once per parameter and marks released ones available (F20, DeepSpeed#8486)"
+        ),
+    ),
+    GuardRule(
+        "zero3-gathered-save",
+        "F7",
+        lambda s, v: s.save_adapter and s.engine == "deepspeed" and s.zero_stage == 3 and s.save_method != "gathered",
+        {"save_method": "gathered"},
+        lambda v: (
+            "a ZeRO-3 save that does not gather the parameters writes empty or [0]-shaped adapters (F7; "
+            "peft 0.15.0's modules_to_save, F9)"
+        ),
+    ),
+    GuardRule(
+        "merge-before-sync",
+        "F4",
+        lambda s, v: s.sync_weights and not s.merge_before_sync,
+        {"merge_before_sync": True},
+        lambda v: "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)",
+    ),
+)
+_BY_ID = {rule.id: rule for rule in GUARDS}
+
+
+def choose_guards(scenario: Scenario, versions: Versions | None = None) -> list[Guard]:
+    """The guards that apply to ``scenario`` with ``versions`` (default: what is installed)."""
+    versions = versions if versions is not None else installed_versions()
+    chosen: list[Guard] = []
+    current = scenario
+    for rule in GUARDS:
+        if rule.applies(current, versions):
+            chosen.append(Guard(rule.id, rule.reason(versions)))
+            current = replace(current, **rule.effect)
+    return chosen
+
+
+def hazard_guards(
+    scenario: Scenario, device_type: str, documented: str, versions: Versions | None = None
+) -> list[Guard]:
+    """The guards a run as users wrote it still gets: those of the CPU machine's own hazards
+    (``every_mode``), on a CPU, except for the repro ``documented`` that is about that hazard."""
+    if device_type != "cpu":
+        return []
+    versions = versions if versions is not None else installed_versions()
+    return [
+        Guard(rule.id, rule.reason(versions))
+        for rule in GUARDS
+        if rule.every_mode and rule.works_around != documented and rule.applies(scenario, versions)
+    ]
+
+
+def apply_guards(scenario: Scenario, guards: list[Guard]) -> Scenario:
+    changes: dict[str, Any] = {}
+    for guard in guards:
+        changes.update(_BY_ID[guard.id].effect)
+    return replace(scenario, **changes)

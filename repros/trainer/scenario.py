@@ -1,0 +1,119 @@
+"""What a user asks the trainer for: engine, adapter, quantization, checkpointing, after-training steps.
+
+Standard library only: a ``Scenario`` is plain data, read by the repros, the guards and the
+fixed trainer in a cell, and written down in records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ENGINES = ("deepspeed", "fsdp2", "ddp", "fsdp1")
+#: FSDP1 auto-wrap policies: each decoder layer a unit (``transformer_auto_wrap_policy``), the
+#: whole model one unit, or PEFT's ``fsdp_auto_wrap_policy`` (each LoRA layer a unit of its own).
+FSDP1_WRAPS = ("layer", "none", "peft")
+#: Who drives the training loop: the fixed trainer's own loop, or transformers' ``Trainer``.
+TRAINER_LOOPS = ("own", "hf")
+#: How a trained adapter is saved (see ``Scenario.save_method``).
+SAVE_METHODS = ("default", "gathered")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``), ``ddp``, or
+    #: ``fsdp1`` (torch ``FullyShardedDataParallel``).
+    engine: str = "deepspeed"
+    zero_stage: int = 3
+    bf16: bool = True
+    #: ``lora`` or ``dora`` (PEFT's ``use_dora``).
+    adapter: str = "lora"
+    #: ``peft``, or ``dschat``: DeepSpeed-Chat's own LoRA layers (``LinearLayer_LoRA``).
+    lora_impl: str = "peft"
+    #: How a PEFT adapter is attached: ``get_peft_model`` (a ``PeftModel``) or the HF
+    #: model's own ``add_adapter`` (the model stays a raw HF model).
+    peft_wrapping: str = "peft_model"
+    #: ``None``, ``nf4`` (4-bit) or ``int8`` (8-bit), through bitsandbytes.
+    quantization: str | None = None
+    gradient_checkpointing: bool = True
+    #: ``None``: call ``gradient_checkpointing_enable()`` with no arguments (the library's default).
+    use_reentrant: bool | None = False
+    use_cache: bool | None = None  # None: leave the model config's default
+    #: Enable checkpointing on the HF model before attaching the PEFT adapter (the usual recipe:
+    #: ``get_peft_model`` then makes the embedding output require grad itself) rather than after.
+    checkpointing_before_adapter: bool = False
+    input_require_grads: bool = False
+    #: FSDP2 only: also put the root module under the layers' mixed-precision policy.
+    fsdp_root_mixed_precision: bool = False
+    #: After training: ``none``, ``save-reload`` (save the adapter, load it into a fresh model),
+    #: ``merge`` (merge it into the base) or ``sync`` (by name into an inference target),
+    #: each checked by its logits (``repros/trainer/after_training.py``).
+    after_training: str = "none"
+    #: DDP only: ``find_unused_parameters``. HF Trainer passes True for a PEFT model under
+    #: checkpointing (its "checkpointing: False" rule only looks at a ``PreTrainedModel``).
+    ddp_find_unused_parameters: bool = False
+    #: DDP only: ``static_graph=True``.
+    ddp_static_graph: bool = False
+    #: FSDP1 only: the auto-wrap policy (one of ``FSDP1_WRAPS``) and ``use_orig_params``
+    #: (False is FSDP1's default).
+    fsdp1_wrap: str = "layer"
+    fsdp1_use_orig_params: bool = False
+    #: ``own``: the fixed trainer's loop; ``hf``: transformers' ``Trainer`` with
+    #: ``TrainingArguments(deepspeed=config)`` (DeepSpeed only).
+    trainer_loop: str = "own"
+    #: ZeRO-3: the model is partitioned as it loads (``from_pretrained`` inside ``deepspeed.zero.Init``):
+    #: own loop, an ``HfDeepSpeedConfig`` is alive while it loads; ``hf``, it loads after the
+    #: ``TrainingArguments`` exist (the usual order; False: before them, whole).
+    zero_init: bool = False
+    #: Add this many tokens with ``resize_token_embeddings`` before attaching the adapter (0: none),
+    #: the vocabulary padded to a multiple of ``pad_to_multiple_of``.
+    add_tokens: int = 0
+    pad_to_multiple_of: int | None = None
+    #: With tokens added: each row of the batch ends in the first new id (a padded batch holds the
+    #: new pad token; a packed one, of full-length rows, holds none).
+    batch_holds_added_token: bool = False
+    #: PEFT ``modules_to_save``: modules trained in full and saved beside the adapters.
+    modules_to_save: tuple[str, ...] = ()
+    #: After training, save the adapter, load it back into a fresh base model and compare logits.
+    save_adapter: bool = False
+    #: ``default``: as the loop does it (``hf``: ``Trainer.save_model``; ``own``: rank 0 calls
+    #: ``save_pretrained``); ``gathered``: every rank inside ``deepspeed.zero.GatheredParameters`` of
+    #: the trainable parameters while rank 0 calls ``save_pretrained``.
+    save_method: str = "default"
+    #: DeepSpeed's ``stage3_gather_16bit_weights_on_model_save`` (what ``Trainer.save_model`` reads).
+    zero3_gather_16bit_on_save: bool = False
+    #: After training, sync the weights into an inference target (F4).
+    sync_weights: bool = False
+    merge_before_sync: bool = False
+    #: ZeRO-3 only: DeepSpeed's ``stage3_param_persistence_threshold`` (``None``: its default,
+    #: 1e5 elements, which keeps every parameter of a tiny model whole; 0 partitions them all).
+    zero3_persistence_threshold: int | None = None
+    #: ZeRO-3 only: DeepSpeed's ``sub_group_size`` (``None``: its default, 1e9 elements).
+    zero3_sub_group_size: int | None = None
+    bnb_no_repack: bool = False
+    #: ZeRO-3 only: wait on every async all-gather of a coalesced parameter gather, not only the
+    #: last (``repros/trainer/zero3_gathers.py``; what DeepSpeed PR #8539 does from 0.19.8 on).
+    zero3_wait_every_gather: bool = False
+    #: ZeRO-3 only: DeepSpeed's ``stage3_allgather_sequential`` (gather parameters one at a time).
+    zero3_allgather_sequential: bool = False
+    #: ZeRO-3 only: a gather handle's second ``wait()`` does nothing (``repros/trainer/zero3_gathers.py``;
+    #: what DeepSpeed PR #8487 does from 0.19.7 on).
+    zero3_handles_wait_once: bool = False
+    lora_r: int = 8
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    learning_rate: float = 1e-2
+    #: ``None``: the model size's (``repros/trainer/tiny_models.py``).
+    batch_size: int | None = None
+    seq_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; known: {ENGINES}")
+        if self.fsdp1_wrap not in FSDP1_WRAPS:
+            raise ValueError(f"unknown fsdp1_wrap {self.fsdp1_wrap!r}; known: {FSDP1_WRAPS}")
+        if self.trainer_loop not in TRAINER_LOOPS:
+            raise ValueError(f"unknown trainer_loop {self.trainer_loop!r}; known: {TRAINER_LOOPS}")
+        if self.trainer_loop == "hf" and self.engine != "deepspeed":
+            raise ValueError("trainer_loop 'hf' drives DeepSpeed only")
+        if self.save_method not in SAVE_METHODS:
+            raise ValueError(f"unknown save_method {self.save_method!r}; known: {SAVE_METHODS}")

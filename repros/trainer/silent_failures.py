@@ -1,0 +1,53 @@
+"""Failures that raise nothing: a repro observes them in the training facts and raises
+one of these, so that the silent symptom has a signature like any other.
+
+Standard library only (both sides of the process boundary import it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class LayerAdaptersGotNoGradient(Exception):
+    """Training ran, but the adapters inside the decoder layers never got a gradient."""
+
+
+def layer_adapters_without_gradient(
+    grad_norms: Mapping[str, Sequence[Any]], layer_marker: str = ".layers."
+) -> list[str]:
+    """Adapter parameters inside decoder layers whose gradient was ``None`` at every step."""
+    return sorted(
+        name for name, values in grad_norms.items() if layer_marker in name and all(v is None for v in values)
+    )
+
+
+def raise_if_layer_adapters_got_no_gradient(train_facts: Mapping[str, Any]) -> None:
+    norms: Mapping[str, Sequence[Any]] = train_facts.get("adapter_grad_norms") or {}
+    missing = layer_adapters_without_gradient(norms)
+    if missing:
+        others = sorted(set(norms) - set(missing))
+        raise LayerAdaptersGotNoGradient(
+            f"layer adapters got no gradient: {len(missing)} of {len(norms)} adapter parameters inside the decoder "
+            f"layers had grad None at every step (e.g. {missing[0]}); trained outside the layers: {others or 'none'}"
+        )
+
+
+class ReloadedAdapterDiffers(Exception):
+    """The adapter was saved and loaded back into a fresh model without an error, but the model
+    it makes does not give the trained model's logits."""
+
+
+class MergedModelDiffers(Exception):
+    """The adapter merged into the base without an error, but the merged model does not give
+    the trained model's logits."""
+
+
+class GatheredParameterDiffers(Exception):
+    """A ZeRO-3 gather returned without an error, but a parameter it made whole does not equal its
+    partitions gathered one blocking all-gather at a time: it was read before its gather arrived."""
+
+
+class ReferenceForwardDiffers(Exception):
+    """A frozen model's forward of the same batch, run again, gave other logits without an error."""

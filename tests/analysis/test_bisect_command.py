@@ -1,0 +1,206 @@
+"""The bisect command's pieces: what counts as bad, the endpoints, the final line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from harness.analysis.bisect import runner as bisect_mod
+from harness.analysis.bisect.axes import final_line
+from harness.analysis.bisect.runner import BisectOptions, base_cell, bisect_points, state_of
+from harness.analysis.bisect.search import Probe, SearchResult
+from harness.config.matrix import load_matrix
+from harness.config.repros import discover
+from harness.core.errors import UserError
+from harness.environments.releases import between, parse_available
+from harness.planning.commands import run_command
+from harness.planning.items import pinned_cell
+from harness.records.item import ItemRecord, parse_record
+from repros.runtime.spec import MODES
+from tests.support.paths import REPO_ROOT
+
+BAD = ("REPRODUCED", "F1.recompute-shape-0")
+
+
+GOOD = ("NOT_REPRODUCED", None)
+
+
+def observed(outcome: str, signature: str | None = None, **fields: object) -> ItemRecord:
+    """An item's record as ``observe_item`` returns it, with what a step reads set."""
+    return parse_record(
+        {
+            "schema_version": 1,
+            "run_id": "RUN",
+            "cell": "current",
+            "repro": "F1",
+            "mode": "bug",
+            "outcome": outcome,
+            "signature": signature,
+            "expected": None,
+            "matched": True,
+            "versions": {},
+            "world_size": 2,
+            "device": "cpu",
+            "wall_s": 1.0,
+            "error": None,
+            "reasons": [],
+            "guards": [],
+            "env": {"key": "key", "path": "/e", "python": "/x", "reused": True, "build_s": 0.0},
+            "repro_cmd": "python -m harness run",
+            "started_at": "2026-01-01T00:00:00Z",
+            "finished_at": "2026-01-01T00:00:01Z",
+            **fields,
+        }
+    )
+
+
+def test_bad_and_good_mean_what_each_endpoint_showed_and_anything_else_is_other() -> None:
+    assert state_of(observed("REPRODUCED", "F1.recompute-shape-0"), BAD, GOOD) == "bad"
+    assert state_of(observed("NOT_REPRODUCED", None), BAD, GOOD) == "good"
+    # Another failure is neither endpoint's: never counted as good (nor as bad).
+    assert state_of(observed("DIFFERENT_ERROR", None), BAD, GOOD) == "other"
+    assert state_of(observed("REPRODUCED", "F1.other"), BAD, GOOD) == "other"
+    for outcome in ("UNRESOLVABLE", "INFRA", "HANG"):
+        assert state_of(observed(outcome, None), BAD, GOOD) == "skip"
+
+
+@pytest.mark.parametrize(
+    ("releases", "final_line_expected", "code"),
+    [
+        # The pre-release cannot run the job at all: it is never called "first good"; beside the
+        # boundary, it leaves the answer open between it and the next release.
+        (
+            ["4.57.6", "5.0.0rc0", "5.0.0", "5.1.0", "5.23.0"],
+            "first good: ambiguous, one of transformers==5.0.0rc0, transformers==5.0.0 (no verdict on: 5.0.0rc0)"
+            "; transformers==5.0.0rc0 failed differently (ImportError)",
+            1,
+        ),
+        # Away from the boundary, it is searched around, and still named.
+        (
+            ["4.57.6", "4.58.0", "5.0.0rc0", "5.0.0rc1", "5.0.0", "5.23.0"],
+            "first good: transformers==5.0.0; transformers==5.0.0rc0 failed differently (ImportError)",
+            0,
+        ),
+    ],
+)
+def test_a_release_that_failed_differently_is_never_good_and_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    releases: list[str],
+    final_line_expected: str,
+    code: int,
+) -> None:
+    from rich.console import Console
+
+    from harness.environments import Environment, Resolved
+
+    monkeypatch.setattr(bisect_mod, "released_versions", lambda package, pre=False: [Version(v) for v in releases])
+
+    class FakeEnvironments:
+        def __init__(self, cache_dir: Path, **_: object) -> None:
+            pass
+
+        def release(self, env: Environment) -> None:
+            pass
+
+        def for_cell(self, cell):  # type: ignore[no-untyped-def]
+            packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
+            return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", True, 0.0))
+
+    def fake_observe(*, resolved, **_):  # type: ignore[no-untyped-def]
+        version = Version(resolved.env.packages["transformers"])
+        if version == Version("5.0.0rc0"):  # the job cannot even start on this pre-release
+            error = {"type": "ImportError", "message": "cannot import name 'x'", "rank": 0}
+            return observed("DIFFERENT_ERROR", None, repro="F5", error=error)
+        if version < Version("5.0.0"):
+            return observed("REPRODUCED", "F5.no-grad-fn", repro="F5", error=None)
+        return observed("NOT_REPRODUCED", None, repro="F5", error=None)
+
+    monkeypatch.setattr(bisect_mod, "Environments", FakeEnvironments)
+    monkeypatch.setattr(bisect_mod, "observe_item", fake_observe)
+    opts = options(
+        repro="F5",
+        package="transformers",
+        good="5.23.0",
+        bad="4.57.6",
+        cache_dir=tmp_path,
+        out_dir=tmp_path / "out",
+        pre=True,
+    )
+    assert bisect_mod.execute_bisect(opts, Console(file=open(tmp_path / "console.txt", "w"))) == code
+    assert capsys.readouterr().out.strip().splitlines()[-1] == final_line_expected
+
+
+def test_a_package_the_cell_does_not_install_is_refused() -> None:
+    with pytest.raises(UserError) as info:
+        bisect_mod.execute_bisect(options(package="no-such-package"), None)  # type: ignore[arg-type]
+    assert info.value.where == "--package" and "does not install it" in info.value.problem
+
+
+def test_final_line_says_first_bad_or_first_good() -> None:
+    assert final_line("peft", SearchResult("found", "regression", boundary="0.13.0")) == "first bad: peft==0.13.0"
+    assert final_line("deepspeed", SearchResult("found", "fix", boundary="0.19.3")) == "first good: deepspeed==0.19.3"
+    ambiguous = SearchResult("ambiguous", "fix", candidates=["0.19.3", "0.19.4"], skipped=["0.19.3"])
+    assert final_line("deepspeed", ambiguous).startswith("first good: ambiguous, one of deepspeed==0.19.3")
+    wobbly = SearchResult("non-monotonic", "regression", contradictions=[Probe("1.1", "bad", "verify")])
+    assert "not monotonic (1.1 bad)" in final_line("peft", wobbly)
+    assert "do not differ" in final_line("peft", SearchResult("endpoints-agree", "regression"))
+
+
+def test_released_versions_are_parsed_and_filtered() -> None:
+    text = "deepspeed (0.19.8)\nAvailable versions: 0.19.8, 0.19.7rc1, 0.19.3, 0.19.2, 0.18.9\n"
+    versions = parse_available(text)
+    assert versions[0] == Version("0.18.9") and versions[-1] == Version("0.19.8")
+    assert [str(v) for v in between(versions, Version("0.19.2"), Version("0.19.8"))] == ["0.19.2", "0.19.3", "0.19.8"]
+    assert Version("0.19.7rc1") in between(versions, Version("0.19.2"), Version("0.19.8"), pre=True)
+
+
+def options(**change) -> BisectOptions:
+    discovery = discover()
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discovery.repros.keys(), known_modes=MODES)
+    values = dict(
+        matrix=matrix,
+        discovery=discovery,
+        repro="F1",
+        mode="bug",
+        package="deepspeed",
+        good="0.19.8",
+        bad="0.19.2",
+        cache_dir=Path("/nonexistent"),
+    )
+    values.update(change)
+    return BisectOptions(**values)
+
+
+def test_endpoints_must_be_released_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        bisect_mod, "released_versions", lambda package, pre=False: [Version(v) for v in ("0.19.2", "0.19.3", "0.19.8")]
+    )
+    assert [str(v) for v in bisect_points(options())] == ["0.19.2", "0.19.3", "0.19.8"]
+    with pytest.raises(UserError) as info:
+        bisect_points(options(good="0.19.99"))
+    assert info.value.field == "0.19.99" and "not on the index" in info.value.problem
+    with pytest.raises(UserError):
+        bisect_points(options(good="0.19.2"))
+    with pytest.raises(UserError):
+        bisect_points(options(good="zero"))
+
+
+def test_base_cell_defaults_to_the_default_lane_and_refuses_passthrough() -> None:
+    opts = options()
+    assert base_cell(opts.matrix, None).name == "current"
+    with pytest.raises(UserError):
+        base_cell(opts.matrix, "passthrough")
+    with pytest.raises(UserError):
+        base_cell(opts.matrix, "nope")
+
+
+def test_a_pinned_cell_keeps_its_origin_in_the_rerun_command() -> None:
+    opts = options()
+    cell = pinned_cell(opts.matrix.cells["current"], (("deepspeed", "==0.19.5"),))
+    assert cell.packages["deepspeed"] == "==0.19.5" and cell.packages["peft"] == "==0.21.2"
+    cmd = run_command(opts.matrix.path, cell, "F1", "bug", (("deepspeed", "==0.19.5"),), None)
+    assert "--cells current " in cmd and "--pin deepspeed==0.19.5" in cmd

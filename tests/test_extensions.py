@@ -1,0 +1,200 @@
+"""Each extension kind is one file plus one registration: a throwaway launcher, environment
+provider, measure and report writer are registered from this module, and a real ``run`` and
+``report`` go through them with nothing else changed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+
+from harness.cli.extensions import EXTENSION_POINTS
+from harness.cli.main import main
+from harness.environments import PROVIDERS, Environment
+from harness.environments.base import CellRequest, ProviderContext
+from harness.execution.launchers import LAUNCHERS, LauncherContext, LaunchRequest
+from harness.execution.launchers.result import LaunchResult, collect_item
+from harness.reports import finalize
+from harness.reports.finished import FinishedRun
+from repros.runtime import measures
+from repros.runtime.measures.base import Measure, Meter, Quantity, Reduction
+from repros.runtime.record import write_rank_record
+from tests.support.paths import REPO_ROOT
+
+
+class ThrowawayProvider:
+    """This interpreter, as it is (no torch needed: the throwaway launcher runs nothing)."""
+
+    name: ClassVar[str] = "throwaway"
+    installs_packages: ClassVar[bool] = False
+
+    def __init__(self, context: ProviderContext) -> None:
+        self.cache_dir = context.cache_dir
+
+    def get(self, cell: CellRequest) -> Environment:
+        return Environment(
+            key="throwaway",
+            python=sys.executable,
+            python_version="3.11",
+            packages={},
+            path=None,
+            extensions_dir=str(self.cache_dir / "ext"),
+            reused=True,
+            build_s=0.0,
+            provider=self.name,
+        )
+
+    def damage(self, env: Environment) -> list[str]:
+        return []
+
+    def invalidate(self, env: Environment, reason: str) -> None:
+        pass
+
+    def release(self, env: Environment) -> None:
+        pass
+
+    def readiness(self, env: Environment) -> str:
+        return "made ready by the throwaway provider"
+
+    @classmethod
+    def rank_import_path(cls, env: Environment) -> list[str]:
+        return []
+
+
+class ThrowawayLauncher:
+    """Writes what two ranks of a clean run would have recorded, with a throwaway measure."""
+
+    name = "throwaway"
+    launched: ClassVar[list[str]] = []
+
+    def __init__(self, context: LauncherContext) -> None:
+        self.context = context
+
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        ThrowawayLauncher.launched.append(request.module)
+        request.item_dir.mkdir(parents=True, exist_ok=True)
+        for rank in range(request.world_size):
+            write_rank_record(
+                request.item_dir,
+                rank,
+                {
+                    "rank": rank,
+                    "status": "ok",
+                    "phase": "run",
+                    "device": "cpu",
+                    "backend": "none",
+                    "measures": {"throwaway": {"kind": "made-up", "value": 1000 + rank}},
+                },
+            )
+        return collect_item(
+            ["throwaway"],
+            request.item_dir,
+            request.world_size,
+            0,
+            False,
+            0.1,
+            [],
+            rank_exitcodes={},
+            launcher=self.name,
+        )
+
+    def cell_done(self, env: Environment) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ThrowawayMeter(Meter):
+    measure = Measure(
+        name="throwaway",
+        field="throwaway_bytes",
+        kind_field="throwaway_kind",
+        reduction=Reduction.MAX_OVER_RANKS,
+        description="a throwaway figure per rank",
+        quantity=Quantity.MEMORY,
+        label="throwaway",
+        headline=0,
+    )
+
+
+def write_throwaway(run: FinishedRun) -> Path:
+    path = run.dir.path / "throwaway.txt"
+    path.write_text(f"{len(run.records)} records\n")
+    return path
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PROVIDERS, ThrowawayProvider.name, ThrowawayProvider)
+    monkeypatch.setitem(LAUNCHERS, ThrowawayLauncher.name, ThrowawayLauncher)
+    monkeypatch.setitem(measures.METERS, ThrowawayMeter.measure.name, ThrowawayMeter)
+    monkeypatch.setitem(finalize.WRITERS, "throwaway", write_throwaway)
+
+
+def test_a_throwaway_launcher_provider_measure_and_writer_are_used_once_registered(
+    registered: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "lanes": {"ci": "the test's"},
+                "cells": {"mine": {"provider": "throwaway", "lanes": ["ci"]}},
+            }
+        )
+    )
+    out = tmp_path / "run"
+    status = main(
+        [
+            "run",
+            "--matrix",
+            str(matrix),
+            "--repros",
+            "F1",
+            "--modes",
+            "bug",
+            "--launcher",
+            "throwaway",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert status == 1  # a clean run of F1 where nothing says what to expect is not a match
+    assert ThrowawayLauncher.launched == ["repros.catalog.f1_zero3_frozen_ckpt"]
+    assert "made ready by the throwaway provider" in printed
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["outcome"] == "NOT_REPRODUCED" and record["launcher"] == "throwaway"
+    assert record["env"]["provider"] == "throwaway"
+    # The measure's own fields, merged over the ranks by its declared reduction.
+    assert record["throwaway_bytes"] == 1001 and record["throwaway_kind"] == "made-up"
+    assert record["throwaway_bytes_per_rank"] == {"0": 1000, "1": 1001}
+    # Every display reads the declaration: the terminal shows it as the headline memory, with its label.
+    assert "1001 B (throwaway)" in printed
+    assert "throwaway memory" in (out / "index.html").read_text()
+    assert (out / "throwaway.txt").read_text() == "1 records\n"
+    (out / "throwaway.txt").unlink()
+    assert main(["report", str(out)]) == 1 and (out / "throwaway.txt").exists()
+
+
+def test_every_extension_point_names_a_registry_with_something_in_it() -> None:
+    for point in EXTENSION_POINTS:
+        assert list(point.registered()), point.kind
+        module, _, name = point.registry.partition(":")
+        assert (REPO_ROOT / module).is_file() and name in (REPO_ROOT / module).read_text(), point.registry
+        assert point.describe(), point.kind
