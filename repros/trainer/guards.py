@@ -46,7 +46,7 @@ Guards (each recorded by id, with its reason, in the result):
 - ``zero3-gather-handles-wait-once``: DeepSpeed before 0.19.7 with ``stage3_allgather_sequential``
   registers one gather handle under every parameter of a prefetch and waits it once per parameter;
   a late wait marks a parameter already released AVAILABLE, and the next forward multiplies with an
-  empty weight (F20, DeepSpeed#8486): make a handle's second wait do nothing (PR #8487).
+  empty weight (F22, DeepSpeed#8486): make a handle's second wait do nothing (PR #8487).
 - ``zero3-gathered-save``: under ZeRO-3 every rank holds a shard of each parameter; a save that
   does not gather them writes an empty adapter (transformers < 5's ``Trainer.save_model`` without
   ``stage3_gather_16bit_weights_on_model_save``) or ``[0]``-shaped tensors (``save_pretrained`` on
@@ -85,7 +85,7 @@ TRANSFORMERS_ZERO3_RESIZE_BROKEN = (Version("4.43.0"), Version("4.43.4"))
 #: Established by running F17 (see repros/catalog/f17_zero3_gloo_gather_race.py).
 DEEPSPEED_Z3_GATHER_WAIT_FIX = Version("0.19.8")
 #: First DeepSpeed release whose single-parameter gather handles wait once (PR #8487).
-#: Established by running F20 (see repros/catalog/f20_zero3_sequential_handle_rewait.py).
+#: Established by running F22 (see repros/catalog/f22_zero3_sequential_handle_rewait.py).
 DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX = Version("0.19.7")
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
@@ -311,12 +311,12 @@ GUARDS: tuple[GuardRule, ...] = (
     ),
     GuardRule(
         "zero3-gather-handles-wait-once",
-        "F20",
+        "F22",
         _zero3_handle_rewait,
         {"zero3_handles_wait_once": True},
         lambda v: (
             f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX} with sequential ZeRO-3 gathers "
-            "waits a handle once per parameter and marks released ones available (F20, DeepSpeed#8486)"
+            "waits a handle once per parameter and marks released ones available (F22, DeepSpeed#8486)"
         ),
     ),
     GuardRule(

@@ -1,6 +1,6 @@
 """ZeRO-3's gathers made safe from outside: the coalesced all-gather waited on in full (the
 ``zero3-wait-every-gather`` guard, F17), a gather handle's wait made idempotent (the
-``zero3-gather-handles-wait-once`` guard, F20), and a check that a gather delivered every parameter
+``zero3-gather-handles-wait-once`` guard, F22), and a check that a gather delivered every parameter
 whole (F17).
 
 Before DeepSpeed PR #8539 (first in 0.19.8), ``Init._allgather_params_coalesced`` launches one

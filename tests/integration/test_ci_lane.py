@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from tests.support.paths import REPO_ROOT, results_json
 
@@ -57,6 +58,17 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict], P
     return proc.returncode, results_json(out / "results.jsonl"), out, proc.stdout + proc.stderr
 
 
+def catalog_ids() -> set[str]:
+    """The documented failures the ci lane runs: every repro module of the catalog."""
+    return {f"F{p.name[1:].split('_')[0]}" for p in (REPO_ROOT / "repros" / "catalog").glob("f[0-9]*_*.py")}
+
+
+def old_deepspeed(record: dict) -> bool:
+    """A deepspeed before 0.19.8, where ZeRO-3's coalesced gathers race on gloo (F17)."""
+    version = record["versions"].get("deepspeed")
+    return version is not None and Version(version) < Version("0.19.8")
+
+
 def ran(records: list[dict]) -> list[dict]:
     return [r for r in records if r["outcome"] != "UNRESOLVABLE"]
 
@@ -85,7 +97,7 @@ def test_every_observation_matches_its_expectation(ci_run) -> None:
 def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> None:
     _, records, _, _ = ci_run
     fixed = [r for r in ran(records) if r["mode"] == "fixed"]
-    assert {r["repro"] for r in fixed} == {f"F{i}" for i in range(1, 11)}
+    assert {r["repro"] for r in fixed} == catalog_ids()
     assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
     for r in fixed:
         assert r["losses"][-1] < r["losses"][0]
@@ -150,6 +162,20 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
     assert {r["outcome"] for r in elsewhere if r["mode"] == "bug"} == {"NOT_REPRODUCED"}
 
 
+def test_the_gather_race_shows_where_it_exists_and_is_guarded_there(ci_run) -> None:
+    """F17: the stress repro finds the race on deepspeed < 0.19.8 and nothing on 0.19.8; the fixed
+    trainer waits on every gather there, and every other repro's ZeRO-3 run on an old deepspeed too."""
+    _, records, _, log = ci_run
+    old = [r for r in ran(records) if r["repro"] == "F17" and old_deepspeed(r)]
+    assert old, log
+    assert {(r["mode"], r["outcome"]) for r in old} == {("bug", "REPRODUCED"), ("fixed", "PASS")}
+    assert {r["signature"] for r in old if r["mode"] == "bug"} == {"F17.gathered-before-arrival"}
+    assert find(records, "F17", "bug", deepspeed="0.19.8", transformers="5.23.0")["outcome"] == "NOT_REPRODUCED"
+    for r in ran(records):
+        if r["mode"] == "fixed" and old_deepspeed(r) and r["repro"] in {"F1", "F17"}:
+            assert "zero3-wait-every-gather" in {g["id"] for g in r["guards"]}, (r["cell"], r["repro"])
+
+
 def test_records_carry_metrics_and_a_rerun_command(ci_run) -> None:
     _, records, _, _ = ci_run
     for r in ran(records):
@@ -210,4 +236,5 @@ def test_the_run_writes_junit_xml_with_a_testcase_per_item(ci_run) -> None:
     suite = next(iter(JUnitXml.fromfile(str(out / "junit.xml"))))
     run = json.loads((out / "run.json").read_text())
     assert suite.tests == len(records) + len(run["excluded"])
-    assert suite.failures == 2 * 10  # the unresolvable cell's items: ten repros, two modes
+    # The unresolvable cell's items: every repro of the catalog, both modes.
+    assert suite.failures == 2 * len(catalog_ids())

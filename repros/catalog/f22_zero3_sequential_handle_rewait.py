@@ -1,4 +1,4 @@
-"""F20 - ZeRO-3 reference model with sequential all-gathers: a released weight marked available.
+"""F22 - ZeRO-3 reference model with sequential all-gathers: a released weight marked available.
 
 RLHF and preference trainers (TRL's DPO, GRPO and RLOO under ZeRO-3) keep a frozen reference model
 beside the policy and hand it to ``deepspeed.initialize`` without an optimizer. With
@@ -36,15 +36,15 @@ REFERENCE_FORWARDS = 4
 # REPRODUCED on deepspeed 0.19.2 (the third forward: 'weight' must be 2-D, the embedding and every weight of the
 # model empty while marked AVAILABLE), NOT_REPRODUCED on 0.19.8, fixed PASS on both; deepspeed 0.18.0 has no
 # stage3_allgather_sequential (a ValidationError: the option came in 0.18.5, read in the sdists), so the cell
-# with it excludes F20; then the bisect below.
+# with it excludes F22; then the bisect below.
 _ESTABLISHED = (
-    "python -m harness run --cells ds-0.19.2,current,tf4-ds-0.18.0 --repros F20 (2026-11-25); then python -m "
-    "harness bisect --repro F20 --mode bug --package deepspeed --good 0.19.8 --bad 0.19.2 --cell ds-0.19.2 -> first "
+    "python -m harness run --cells ds-0.19.2,current,tf4-ds-0.18.0 --repros F22 (2026-11-25); then python -m "
+    "harness bisect --repro F22 --mode bug --package deepspeed --good 0.19.8 --bad 0.19.2 --cell ds-0.19.2 -> first "
     "good: deepspeed==0.19.7 (5 steps, 119 s: 0.19.2, 0.19.5, 0.19.6 REPRODUCED; 0.19.7, 0.19.8 NOT_REPRODUCED)"
 )
 
 SPEC = ReproSpec(
-    id="F20",
+    id="F22",
     title="ZeRO-3 reference model with sequential all-gathers: a released weight marked available (vec (0))",
     upstream=(
         "deepspeedai/DeepSpeed#8486",
@@ -53,7 +53,7 @@ SPEC = ReproSpec(
     ),
     signatures=(
         Signature(
-            id="F20.empty-weight",
+            id="F22.empty-weight",
             exception="RuntimeError",
             pattern=r"size mismatch, got input \(\d+\), mat \(\d+x\d+\), vec \(0\)"
             r"|mat2 must be a matrix, got 1-D tensor"
@@ -65,7 +65,7 @@ SPEC = ReproSpec(
             "embedding here ('weight' must be 2-D)",
         ),
         Signature(
-            id="F20.reference-forward-differs",
+            id="F22.reference-forward-differs",
             exception="repros.trainer.silent_failures.ReferenceForwardDiffers",
             pattern=r"^the reference model's forward \d+ differs from its first",
             description="no error, but a later forward of the frozen reference model gives other logits than "
