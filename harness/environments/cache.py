@@ -15,8 +15,10 @@ file that several environments hold.
 - Sharing: once built, every file of 16 KiB or more is replaced by a hard link to one copy in
   ``store/`` (by content and mode): environments of the same torch share its gigabyte. uv's own
   cache is never linked to (its files stay copies, ``--link-mode copy``). A shared file edited in
-  place changes its modification time in every environment that holds it, so the manifest check
-  (``integrity.py``) reports each of them damaged and rebuilds it; nothing is trusted on faith.
+  place changes its content in every environment that holds it, so the manifest check
+  (``integrity.py``: content digests, change times) reports each of them damaged and rebuilds it;
+  and the store's copy is hashed again before anything new is linked to it: a copy that no longer
+  holds what its name says is replaced, never spread. Nothing is trusted on faith.
 - A full disk is said as such: how much is free, what the cache takes, and the command that frees it.
 """
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from harness.environments.integrity import MANIFEST, damage, write_manifest
+from harness.environments.integrity import MANIFEST, damage, digest_of, write_manifest
 
 ENVS = "envs"
 STORE = "store"
@@ -274,25 +275,38 @@ def largest_environment(cache_dir: Path, default: int = GB) -> int:
 # ----------------------------------------------------------------------------- sharing
 
 
-def _content_key(path: Path, st: os.stat_result) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return f"{digest.hexdigest()}-{stat.S_IMODE(st.st_mode):o}"
+def _content_key(digest: str, st: os.stat_result) -> str:
+    return f"{digest}-{stat.S_IMODE(st.st_mode):o}"
 
 
 @dataclass(frozen=True)
 class Shared:
     files: int
     bytes_saved: int
+    #: (device, inode) -> the SHA-256 of the content, verified while sharing (the manifest's digests).
+    digests: dict[tuple[int, int], str] = field(default_factory=dict, repr=False, compare=False)
+
+    def counts(self) -> dict[str, int]:
+        return {"files": self.files, "bytes_saved": self.bytes_saved}
+
+
+def _store_copy_is(target: Path, digest: str, mode: int) -> bool:
+    """Whether the store's copy still holds the content (and mode) its name says: a copy edited in
+    place since it was stored is never linked to again."""
+    try:
+        st = os.lstat(target)
+        return stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode and digest_of(target) == digest
+    except OSError:
+        return False
 
 
 def share_files(tree: Path, cache_dir: Path) -> Shared:
     """Replace each file of ``tree`` of ``SHARE_MIN_BYTES`` or more with a hard link to the store's
-    copy of the same content and mode (the store takes this copy where it has none)."""
+    copy of the same content and mode (the store takes this copy where it has none, or where its copy
+    no longer holds what its name says)."""
     store = cache_dir / STORE
     files = saved = 0
+    digests: dict[tuple[int, int], str] = {}
     for dirpath, _, filenames in os.walk(tree):
         for name in filenames:
             path = Path(dirpath) / name
@@ -302,21 +316,29 @@ def share_files(tree: Path, cache_dir: Path) -> Shared:
                 continue
             if not stat.S_ISREG(st.st_mode) or st.st_size < SHARE_MIN_BYTES or st.st_nlink > 1:
                 continue
-            key = _content_key(path, st)
+            digest = digest_of(path)
+            # By the inode the name holds after sharing: a replaced inode's number may be reused.
+            digests[(st.st_dev, st.st_ino)] = digest
+            key = _content_key(digest, st)
             target = store / key[:2] / key
             try:
-                if target.exists():
+                if target.exists() and _store_copy_is(target, digest, stat.S_IMODE(st.st_mode)):
                     tmp = path.with_name(f".{name}.ft-link")
                     os.link(target, tmp)
                     os.replace(tmp, path)
+                    del digests[(st.st_dev, st.st_ino)]
+                    linked = os.lstat(path)
+                    digests[(linked.st_dev, linked.st_ino)] = digest
                     saved += st.st_size
                 else:
+                    # None yet, or a damaged one (the environments holding it find it so themselves).
+                    target.unlink(missing_ok=True)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.link(path, target)
                 files += 1
             except OSError:
                 continue  # another filesystem, a link limit: the copy stays
-    return Shared(files, saved)
+    return Shared(files, saved, digests)
 
 
 def share_existing(cache_dir: Path, key: str) -> Shared | None:
@@ -332,7 +354,7 @@ def share_existing(cache_dir: Path, key: str) -> Shared | None:
             return None
         tree = Path(json.loads((env_dir / MANIFEST).read_text(encoding="utf-8"))["tree"])
         shared = share_files(tree, cache_dir)
-        write_manifest(env_dir, tree)
+        write_manifest(env_dir, tree, shared.digests)
         write_size(env_dir)
         return shared
 

@@ -1,68 +1,258 @@
-"""Is a built environment still what was built? A manifest of its files, checked cheaply.
+"""Is a built environment still what was built? A manifest of its files' content, checked cheaply.
 
-At the end of a build every file of the environment's interpreter tree is listed with its size
-and modification time (``manifest.json``). Before an environment is reused, and after every item
-that ran in it, the tree is walked again and compared (a stat per file: about 0.3 s for a torch
-environment here): a file edited, added or removed is damage, named in the reason. Python's own
-bytecode caches (``__pycache__``) change on import and are not listed.
+At the end of a build every entry of the environment's interpreter tree is listed in
+``manifest.json``: each file with its size, modification and change times, inode, mode and the
+SHA-256 of its content; each symbolic link with its target. Bytecode caches (``__pycache__``) are
+listed like any other file: the build compiles them (``uv.py``), so Python never needs to write
+one, and a ``.pyc`` added or changed later (bytecode Python would load instead of its source) is
+damage like an edited source.
 
-The environment's files are copies (uv's ``--link-mode copy``), never hard links into uv's cache,
-so an edit in one environment cannot reach the cache, a rebuild, or another environment.
+Before an environment is reused, and before and after every item that runs in it, the tree is
+walked again (a ``stat`` per file: well under a second for a torch environment) and compared.
+What ``os.utime`` can restore (the modification time) is not trusted alone: every write, rename,
+``utime`` or ``chmod`` also moves the change time, which only the kernel sets, and a file replaced
+by another has another inode. Where any of these moved but the size and mode did not, the content
+is hashed and compared with the digest recorded at build; the same content is not damage (a hard
+link to the shared ``store/`` made or removed by another environment moves the change time of
+every name of the file), and the manifest then records the new times, so the next check is cheap
+again. A file edited, added, removed, re-linked or changed in mode is damage, named in the reason.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 MANIFEST = "manifest.json"
+#: The manifest's format: 2 holds content digests (1, sizes and times only, cannot vouch for content).
+FORMAT = 2
 #: The most differences a reason names.
 SHOWN = 5
+#: (device, inode) -> digest: what a caller already hashed (``cache.share_files``), not hashed again.
+Known = Mapping[tuple[int, int], str]
 
 
-def _walk(root: Path) -> dict[str, tuple[int, int]]:
-    found: dict[str, tuple[int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for name in filenames:
-            path = os.path.join(dirpath, name)
+class FileEntry(NamedTuple):
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    mode: int
+    #: SHA-256 of the content ("" for what is neither a file nor a link: a fifo, a socket).
+    digest: str
+
+
+@dataclass
+class _Scan:
+    files: dict[str, os.stat_result]
+    links: dict[str, str]
+
+
+def _scan(root: Path) -> _Scan:
+    """Every file (lstat) and symbolic link (its target) under ``root``; links are not followed."""
+    found = _Scan({}, {})
+    pending = [str(root)]
+    base = len(str(root)) + 1
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            rel = entry.path[base:]
             try:
-                st = os.lstat(path)
+                if entry.is_symlink():
+                    found.links[rel] = os.readlink(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                else:
+                    found.files[rel] = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
     return found
 
 
-def write_manifest(env_dir: Path, tree: Path) -> int:
-    """List ``tree``'s files in ``env_dir/manifest.json``; return how many."""
-    files = _walk(tree)
-    payload = {"tree": str(tree), "files": {k: list(v) for k, v in sorted(files.items())}}
-    tmp = env_dir / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
-    os.replace(tmp, env_dir / MANIFEST)
-    return len(files)
+def digest_of(path: str | Path) -> str:
+    """SHA-256 of a file's content (read in chunks: bounded memory)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _entry(st: os.stat_result, digest: str) -> FileEntry:
+    return FileEntry(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, digest)
+
+
+def _write(env_dir: Path, tree: Path, files: Mapping[str, FileEntry], links: Mapping[str, str]) -> None:
+    payload = {
+        "format": FORMAT,
+        "tree": str(tree),
+        "files": {rel: list(files[rel]) for rel in sorted(files)},
+        "links": {rel: links[rel] for rel in sorted(links)},
+    }
+    # Unique per writer: two checks refreshing the same manifest never share a temporary file.
+    tmp = env_dir / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        tmp.write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, env_dir / MANIFEST)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_manifest(env_dir: Path, tree: Path, known: Known | None = None) -> int:
+    """List ``tree``'s files, with their content digests, in ``env_dir/manifest.json``; return how
+    many files. ``known``: digests already computed, by (device, inode), not computed again."""
+    found = _scan(tree)
+    known = known or {}
+    digests = {rel: "" for rel, st in found.files.items() if not stat.S_ISREG(st.st_mode)}
+    digests |= {rel: d for rel, st in found.files.items() if (d := known.get((st.st_dev, st.st_ino)))}
+    unknown = sorted(set(found.files) - set(digests))
+    for rel, digest in zip(unknown, _digests([tree / rel for rel in unknown]), strict=True):
+        if isinstance(digest, OSError):
+            raise digest
+        digests[rel] = digest
+    _write(env_dir, tree, {rel: _entry(st, digests[rel]) for rel, st in found.files.items()}, found.links)
+    return len(found.files)
+
+
+class _Manifest(NamedTuple):
+    tree: Path
+    files: dict[str, FileEntry]
+    links: dict[str, str]
+
+
+def _row(row: list[object]) -> FileEntry:
+    if len(row) != len(FileEntry._fields) or not isinstance(row[5], str):
+        raise ValueError(f"a file's entry has {len(row)} fields, not {len(FileEntry._fields)}")
+    size, mtime_ns, ctime_ns, ino, mode = (int(str(v)) for v in row[:5])
+    return FileEntry(size, mtime_ns, ctime_ns, ino, mode, row[5])
+
+
+def _read(env_dir: Path) -> _Manifest | str:
+    """The manifest, or what is wrong with it."""
+    path = env_dir / MANIFEST
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except (OSError, ValueError) as exc:
+        return f"{path} is unreadable ({exc})"
+    if not isinstance(payload, dict):
+        return f"{path} is unreadable (not an object)"
+    if payload.get("format") != FORMAT:
+        return f"{path} was written by an older version, without content digests, and cannot vouch for the files"
+    try:
+        tree = Path(payload["tree"])
+        files = {str(rel): _row(row) for rel, row in payload["files"].items()}
+        links = {str(rel): str(target) for rel, target in payload["links"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        return f"{path} is unreadable ({type(exc).__name__}: {exc})"
+    return _Manifest(tree, files, links)
+
+
+def _is_bytecode(rel: str) -> bool:
+    return "__pycache__" in Path(rel).parts or rel.endswith((".pyc", ".pyo"))
+
+
+def _added(tree: Path, rel: str) -> str:
+    if _is_bytecode(rel):
+        return f"{tree / rel} was added (bytecode the build did not make: Python would load it instead of the source)"
+    return f"{tree / rel} was added"
+
+
+def _stat_change(tree: Path, rel: str, was: FileEntry, st: os.stat_result) -> str | None:
+    """What a ``stat`` alone shows changed in a file listed as ``was`` and found as ``st``."""
+    if stat.S_IFMT(st.st_mode) != stat.S_IFMT(was.mode):
+        return f"{tree / rel} was modified (replaced by another kind of file)"
+    if st.st_mode != was.mode:
+        return f"{tree / rel} was modified (mode {stat.S_IMODE(was.mode):o} is now {stat.S_IMODE(st.st_mode):o})"
+    if st.st_size != was.size:
+        return f"{tree / rel} was modified (size {was.size} is now {st.st_size})"
+    return None
+
+
+def _unmoved(was: FileEntry, st: os.stat_result) -> bool:
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino) == (was.mtime_ns, was.ctime_ns, was.ino)
+
+
+def _digests(paths: list[Path]) -> list[str | OSError]:
+    """Each file's digest (or why it cannot be read), hashed on every core: hashing and reading
+    release the GIL."""
+
+    def one(path: Path) -> str | OSError:
+        try:
+            return digest_of(path)
+        except OSError as exc:
+            return exc
+
+    if len(paths) < 2:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, paths))
 
 
 def damage(env_dir: Path) -> list[str]:
-    """What differs from the manifest ([] when nothing); a missing or unreadable manifest is damage."""
-    try:
-        payload = json.loads((env_dir / MANIFEST).read_text(encoding="utf-8"))
-        tree = Path(payload["tree"])
-        listed = {k: tuple(v) for k, v in payload["files"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return [f"{env_dir / MANIFEST} is missing or unreadable"]
-    found = _walk(tree)
-    problems = []
-    for rel in sorted(set(listed) | set(found)):
-        if rel not in found:
-            problems.append(f"{tree / rel} was removed")
-        elif rel not in listed:
-            problems.append(f"{tree / rel} was added")
-        elif found[rel] != listed[rel]:
-            problems.append(f"{tree / rel} was modified")
-    return problems
+    """What differs from the manifest ([] when nothing); a missing, unreadable or older manifest is
+    damage. Where only times or inodes moved and the content is the same, the manifest is brought
+    up to date (nothing is damaged, and the next check need not hash those files again)."""
+    manifest = _read(env_dir)
+    if isinstance(manifest, str):
+        return [manifest]
+    tree = manifest.tree
+    found = _scan(tree)
+    problems: dict[str, str] = {}
+    to_hash: list[str] = []
+    listed_names = set(manifest.files) | set(manifest.links)
+    found_names = set(found.files) | set(found.links)
+    for rel in listed_names | found_names:
+        if rel not in found_names:
+            problems[rel] = f"{tree / rel} was removed"
+        elif rel not in listed_names:
+            problems[rel] = _added(tree, rel)
+        elif rel in manifest.links:
+            if rel not in found.links:
+                problems[rel] = f"{tree / rel} was modified (a link replaced by a file)"
+            elif found.links[rel] != manifest.links[rel]:
+                problems[rel] = (
+                    f"{tree / rel} was modified (its link to {manifest.links[rel]} now leads to {found.links[rel]})"
+                )
+        elif rel in found.links:
+            problems[rel] = f"{tree / rel} was modified (replaced by a link to {found.links[rel]})"
+        else:
+            was, st = manifest.files[rel], found.files[rel]
+            problem = _stat_change(tree, rel, was, st)
+            if problem:
+                problems[rel] = problem
+            elif not _unmoved(was, st):
+                to_hash.append(rel)
+    # Times or inode moved, size and mode did not: only the content can say whether it changed.
+    moved: dict[str, FileEntry] = {}
+    regular = [rel for rel in to_hash if stat.S_ISREG(found.files[rel].st_mode)]
+    for rel in to_hash:
+        if not stat.S_ISREG(found.files[rel].st_mode):
+            moved[rel] = _entry(found.files[rel], manifest.files[rel].digest)
+    for rel, now in zip(regular, _digests([tree / rel for rel in regular]), strict=True):
+        if isinstance(now, OSError):
+            problems[rel] = f"{tree / rel} was modified (it cannot be read: {now.strerror})"
+        elif now != manifest.files[rel].digest:
+            kind = "bytecode" if _is_bytecode(rel) else "content"
+            problems[rel] = f"{tree / rel} was modified (its {kind} differs from the build's)"
+        else:
+            moved[rel] = _entry(found.files[rel], now)
+    if moved and not problems:
+        try:
+            _write(env_dir, tree, {**manifest.files, **moved}, manifest.links)
+        except OSError:
+            pass  # a read-only cache: the next check hashes those files again, nothing worse
+    return [problems[rel] for rel in sorted(problems)]
 
 
 def describe(problems: list[str]) -> str:

@@ -72,7 +72,8 @@ from harness.environments.specs import NEWEST, requirement
 #: Bump when the way environments are built changes, so old ones are not reused.
 #: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
 #: 4: files copied from uv's cache (never hard-linked), and a manifest to verify them by.
-RECIPE_VERSION = 4
+#: 5: bytecode compiled at build, and a manifest of content digests (``integrity.py``).
+RECIPE_VERSION = 5
 #: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
 #: ``-g0``: no debug information (Python's own flags ask for it; over torch's headers it
 #: triples the compile time, and the JIT build it replaces had none either).
@@ -216,11 +217,16 @@ class UvEnvironments:
                 env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started, "repaired": repaired})
                 tree = Path(env.python).parent.parent
                 shared = share_files(tree, self.cache_dir)
-                write_manifest(env_dir, tree)
+                # Bytecode once the sources are as they stay, then shared where another environment
+                # made the same; the manifest reuses the digests sharing computed.
+                self.compile_bytecode(env.python, tree, env_dir / "build.log")
+                bytecode = share_files(tree, self.cache_dir)
+                write_manifest(env_dir, tree, {**shared.digests, **bytecode.digests})
                 (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
                 (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
                 write_size(env_dir)
-                (env_dir / "shared.json").write_text(json.dumps(asdict(shared)))
+                counts = {k: v + bytecode.counts()[k] for k, v in shared.counts().items()}
+                (env_dir / "shared.json").write_text(json.dumps(counts))
                 (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
             except EnvironmentUnavailable as exc:
                 shutil.rmtree(env_dir, ignore_errors=True)
@@ -238,6 +244,29 @@ class UvEnvironments:
                 raise
             self._used(key, env_dir, cell)
             return env
+
+    def compile_bytecode(self, python: str, tree: Path, log: Path) -> None:
+        """Compile every module of ``tree`` with its own interpreter, as it is built, so that Python
+        never writes bytecode into it later: the manifest lists these, and a ``.pyc`` added or
+        changed afterwards (which Python would load instead of its source) is damage. Hash-based
+        (``checked-hash``): valid while its source's content is, whatever the source's times.
+        A module that does not compile is left as it is (Python cannot import it either)."""
+        args = [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "checked-hash", str(tree)]
+        with open(log, "a") as fh:
+            fh.write(f"$ {' '.join(args)}\n")
+            fh.flush()
+            try:
+                out = subprocess.run(
+                    args,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=self.uv_environ(),
+                    timeout=UV_TIMEOUT_S,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise EnvironmentUnavailable(f"its bytecode could not be compiled with {python}: {exc}") from None
+            fh.write(f"(exit {out.returncode})\n")
 
     def _used(self, key: str, env_dir: Path, cell: str | None) -> None:
         self.holds.hold(key)

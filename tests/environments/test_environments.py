@@ -183,7 +183,7 @@ def test_a_damaged_cached_environment_is_rebuilt_once_and_says_why(tmp_path: Pat
     assert builds.verify(first) == [] and builds.get(REQUEST).reused
     with open(site_file(first), "a") as fh:  # what a repro that edits site-packages does
         fh.write("raise RuntimeError('patched')\n")
-    assert [f"{site_file(first)} was modified"] == builds.verify(first)
+    assert [f"{site_file(first)} was modified (size 23 is now 53)"] == builds.verify(first)
     again = builds.get(REQUEST)
     assert builds.builds == 2 and not again.reused
     assert again.repaired and "was modified" in again.repaired and str(site_file(first)) in again.repaired

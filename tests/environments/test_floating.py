@@ -236,6 +236,7 @@ def test_every_install_of_a_floating_environment_is_held_to_its_lock(tmp_path: P
                 python = Path(args[-1]) / "bin" / "python"
                 python.parent.mkdir(parents=True)
                 python.write_text("#!/bin/sh\n")
+                python.chmod(0o755)  # an interpreter that runs (the build compiles bytecode with it)
 
     installed = {"peft": "0.15.2", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"}
     monkeypatch.setattr(uv_module, "list_distributions", lambda python: Listing("3.11.7", dict(installed)))

@@ -7,13 +7,23 @@ last):`` come the indented frames, then the exception line ``module.Type: messag
 runs on until the next traceback, a chained-exception line or a new log record. A stream with no
 traceback header (a truncated log) is scanned for lines that look like an exception line. The
 same exception raised by several ranks is reported once, with how many streams showed it.
+
+The log is read as a stream, line by line, from its first line to its last (a file, or ``-``:
+standard input), never whole: memory stays bounded whatever its size (a line longer than
+``MAX_LINE_BYTES`` is cut there, its rest skipped unread into memory; a message keeps at most
+``MAX_MESSAGE_LINES`` lines and ``MAX_MESSAGE_CHARS`` characters; at most ``MAX_ERRORS`` distinct
+exceptions are kept, the rest counted). Lines are numbered as ``grep -n`` and editors number them:
+by newline only (a ``\r`` progress bar or a form feed does not start a line).
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from harness.core.errors import UserError
 
@@ -38,13 +48,21 @@ _BARE_EXCEPTION_LINE = re.compile(
 )
 #: The most lines one message may take.
 MAX_MESSAGE_LINES = 200
+#: The most characters one message keeps.
+MAX_MESSAGE_CHARS = 16 * 1024
+#: The most bytes of one line read; the rest of a longer line is skipped.
+MAX_LINE_BYTES = 64 * 1024
+#: The most distinct exceptions kept (the rest are counted).
+MAX_ERRORS = 1000
+#: The most streams (rank prefixes) told apart; lines of any further one are read as one more stream.
+MAX_STREAMS = 256
 
 
 @dataclass(frozen=True)
 class LoggedError:
     type: str
     message: str
-    #: The exception line's number in the log (1-based).
+    #: The exception line's number in the log (1-based, as ``grep -n`` numbers it).
     line: int
     #: How many streams (ranks) showed the same exception.
     streams: int = 1
@@ -54,9 +72,26 @@ class LoggedError:
         return next((ln for ln in self.message.splitlines() if ln.strip()), "")
 
 
+@dataclass(frozen=True)
+class LogScan:
+    """What a whole log showed."""
+
+    #: Every exception, in the order of their first appearance.
+    errors: list[LoggedError]
+    #: How many lines were read.
+    lines: int
+    #: Distinct exceptions beyond ``MAX_ERRORS``, not kept.
+    not_kept: int = 0
+
+
 def _clean(line: str) -> tuple[str, str]:
-    """(the line's stream, the line without its prefixes)."""
-    line = _ANSI.sub("", line).rstrip("\r\n")
+    """(the line's stream, the line without its prefixes). Of a line a terminal rewrote with
+    carriage returns (a progress bar), what it showed last."""
+    line = line.rstrip("\r\n")
+    if "\r" in line:
+        line = line.rsplit("\r", 1)[-1]
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
     line = _TIMESTAMP.sub("", line)
     match = _RANK_PREFIX.match(line)
     if match:
@@ -64,90 +99,179 @@ def _clean(line: str) -> tuple[str, str]:
     return "", line
 
 
-def _streams(text: str) -> dict[str, list[tuple[int, str]]]:
-    streams: dict[str, list[tuple[int, str]]] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        stream, line = _clean(raw)
-        streams.setdefault(stream, []).append((number, line))
-    return streams
+@dataclass
+class _Message:
+    """An exception whose message is being read: the lines after its exception line."""
+
+    type: str
+    line: int
+    parts: list[str]
+    bare: bool
+    chars: int = 0
+    left: int = MAX_MESSAGE_LINES - 1
+
+    def take(self, line: str) -> bool:
+        """Add ``line`` to the message; False when the message ended before it."""
+        if self.left <= 0 or _ENDS_MESSAGE.match(line):
+            return False
+        self.left -= 1
+        if self.chars < MAX_MESSAGE_CHARS:
+            self.parts.append(line[: MAX_MESSAGE_CHARS - self.chars])
+            self.chars += len(self.parts[-1])
+        return True
+
+    def text(self) -> str:
+        parts = list(self.parts)
+        while parts and not parts[-1].strip():
+            parts.pop()
+        return "\n".join(parts)
 
 
-def _message(lines: list[tuple[int, str]], start: int, first: str) -> str:
-    """The message beginning on the exception line ``start``: its text, then every following line
-    up to the next traceback, chained exception or log record (trailing blank lines dropped)."""
-    parts = [first]
-    for _, line in lines[start + 1 : start + MAX_MESSAGE_LINES]:
-        if _ENDS_MESSAGE.match(line):
-            break
-        parts.append(line)
-    while parts and not parts[-1].strip():
-        parts.pop()
-    return "\n".join(parts)
+@dataclass
+class _Stream:
+    in_traceback: bool = False
+    saw_traceback: bool = False
+    reading: list[_Message] = field(default_factory=list)
+    #: Exceptions found without a traceback header: kept only if the stream never shows one.
+    bare: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-def _in_stream(lines: list[tuple[int, str]]) -> list[LoggedError]:
-    found: list[LoggedError] = []
-    in_traceback = False
-    saw_traceback = False
-    for index, (number, line) in enumerate(lines):
+class _Found:
+    """Exceptions found so far, one per (type, message), bounded."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], list[int]] = {}
+        self.not_kept = 0
+
+    def add(self, etype: str, message: str, line: int) -> None:
+        key = (etype, message)
+        known = self.seen.get(key)
+        if known is not None:
+            known[0] = min(known[0], line)
+            known[1] += 1
+        elif len(self.seen) < MAX_ERRORS:
+            self.seen[key] = [line, 1]
+        else:
+            self.not_kept += 1
+
+    def errors(self) -> list[LoggedError]:
+        found = [LoggedError(t, m, line, count) for (t, m), (line, count) in self.seen.items()]
+        return sorted(found, key=lambda e: e.line)
+
+
+class _Scanner:
+    def __init__(self) -> None:
+        self.streams: dict[str, _Stream] = {}
+        self.found = _Found()
+
+    def _stream(self, name: str) -> _Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            if len(self.streams) >= MAX_STREAMS:
+                name = "[more]"
+            stream = self.streams.setdefault(name, _Stream())
+        return stream
+
+    def _ended(self, stream: _Stream, message: _Message) -> None:
+        if message.bare:
+            if len(stream.bare) < MAX_ERRORS:
+                stream.bare.append((message.type, message.text(), message.line))
+            else:
+                self.found.not_kept += 1
+        else:
+            self.found.add(message.type, message.text(), message.line)
+
+    def line(self, number: int, raw: str) -> None:
+        name, line = _clean(raw)
+        stream = self._stream(name)
+        if stream.reading:
+            still = []
+            for message in stream.reading:
+                if message.take(line):
+                    still.append(message)
+                else:
+                    self._ended(stream, message)
+            stream.reading = still
         if line.startswith(_TRACEBACK):
-            in_traceback, saw_traceback = True, True
-            continue
-        if not in_traceback:
-            continue
-        if not line.strip() or line[0].isspace() or line.startswith("[Previous line repeated"):
-            continue  # a frame, its source line, a caret marker
-        in_traceback = False
-        match = _EXCEPTION_LINE.match(line)
-        if match:
-            found.append(LoggedError(match["type"], _message(lines, index, match["message"] or ""), number))
-    if not saw_traceback:
-        for index, (number, line) in enumerate(lines):
+            if not stream.saw_traceback:
+                # A stream with a traceback is read by its tracebacks only.
+                stream.bare.clear()
+                stream.reading = [m for m in stream.reading if not m.bare]
+            stream.in_traceback, stream.saw_traceback = True, True
+            return
+        if stream.in_traceback:
+            if not line.strip() or line[0].isspace() or line.startswith("[Previous line repeated"):
+                return  # a frame, its source line, a caret marker
+            stream.in_traceback = False
+            match = _EXCEPTION_LINE.match(line)
+            if match:
+                first = (match["message"] or "")[:MAX_MESSAGE_CHARS]
+                stream.reading.append(_Message(match["type"], number, [first], bare=False, chars=len(first)))
+        elif not stream.saw_traceback:
             bare = _BARE_EXCEPTION_LINE.match(line)
             if bare:
-                found.append(LoggedError(bare["type"], _message(lines, index, bare["message"]), number))
-    return found
+                first = bare["message"][:MAX_MESSAGE_CHARS]
+                stream.reading.append(_Message(bare["type"], number, [first], bare=True, chars=len(first)))
+
+    def end(self, lines: int) -> LogScan:
+        for stream in self.streams.values():
+            for message in stream.reading:
+                self._ended(stream, message)
+            stream.reading = []
+            for etype, message_text, number in stream.bare:
+                self.found.add(etype, message_text, number)
+        return LogScan(self.found.errors(), lines, self.found.not_kept)
+
+
+def scan_log(lines: Iterable[str]) -> LogScan:
+    """Every exception in ``lines`` (a log's lines in order, the first numbered 1), read one at a time."""
+    scanner = _Scanner()
+    count = 0
+    for count, raw in enumerate(lines, start=1):
+        scanner.line(count, raw)
+    return scanner.end(count)
 
 
 def logged_errors(text: str) -> list[LoggedError]:
-    """Every exception the log shows, in the order of their first appearance."""
-    seen: dict[tuple[str, str], LoggedError] = {}
-    for lines in _streams(text).values():
-        for error in _in_stream(lines):
-            key = (error.type, error.message)
-            if key in seen:
-                earlier = seen[key]
-                first = min(earlier.line, error.line)
-                seen[key] = LoggedError(earlier.type, earlier.message, first, earlier.streams + 1)
-            else:
-                seen[key] = error
-    return sorted(seen.values(), key=lambda e: e.line)
+    """Every exception ``text`` shows, in the order of their first appearance."""
+    return scan_log(text.split("\n")).errors
 
 
-#: The most of a log read: its end, where the failure usually is.
-MAX_LOG_BYTES = 64 << 20
+def log_lines(fh: BinaryIO) -> Iterator[str]:
+    """``fh``'s lines, one at a time, split at newlines only; a line longer than ``MAX_LINE_BYTES``
+    is cut there and its rest skipped (read in pieces, never held)."""
+    while True:
+        chunk = fh.readline(MAX_LINE_BYTES)
+        if not chunk:
+            return
+        if len(chunk) == MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+            while True:
+                rest = fh.readline(MAX_LINE_BYTES)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield chunk.decode("utf-8", errors="replace")
 
 
-def read_log(path: str) -> tuple[str, bool]:
-    """The log's text (its last ``MAX_LOG_BYTES``) and whether it was cut."""
+@contextmanager
+def open_log(path: str) -> Iterator[Iterator[str]]:
+    """The lines of the log at ``path`` (``-``: standard input), read as they are used."""
     if path == "-":
-        data = sys.stdin.buffer.read()
-    else:
+        yield log_lines(sys.stdin.buffer)
+        return
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below, after the lines are read
+    except FileNotFoundError:
+        raise UserError(path, "LOG", "no such file", "pass a traceback or CI log file, or - to read stdin") from None
+    except IsADirectoryError:
+        raise UserError(path, "LOG", "is a directory", "pass a log file, e.g. a rank's rank0.log") from None
+    except OSError as exc:
+        raise UserError(path, "LOG", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    with fh:
         try:
-            with open(path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
-                fh.seek(max(0, size - MAX_LOG_BYTES))
-                data = fh.read()
-        except FileNotFoundError:
-            raise UserError(
-                path, "LOG", "no such file", "pass a traceback or CI log file, or - to read stdin"
-            ) from None
+            yield log_lines(fh)
         except IsADirectoryError:
             raise UserError(path, "LOG", "is a directory", "pass a log file, e.g. a rank's rank0.log") from None
         except OSError as exc:
             raise UserError(
                 path, "LOG", f"cannot be read ({exc.strerror})", "check the path and its permissions"
             ) from None
-    cut = len(data) > MAX_LOG_BYTES
-    return data[-MAX_LOG_BYTES:].decode("utf-8", errors="replace"), cut

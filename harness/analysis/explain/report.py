@@ -11,7 +11,7 @@ from rich.console import Console
 
 from harness.analysis.costs import newest_costs, read_costs
 from harness.analysis.explain.installed import from_freeze, here
-from harness.analysis.explain.logs import MAX_LOG_BYTES, logged_errors, read_log
+from harness.analysis.explain.logs import MAX_ERRORS, open_log, scan_log
 from harness.analysis.explain.match import (
     DOCUMENTED,
     Explanation,
@@ -43,7 +43,8 @@ def run_explain(
     console: Console,
 ) -> int:
     """Explain ``log`` on the console; 0 when it shows a documented failure, 1 when not."""
-    text, cut = read_log(log)
+    with open_log(log) as lines:
+        scan = scan_log(lines)  # the whole log, line by line
     versions: dict[str, str] | None = None
     if freeze is not None:
         try:
@@ -59,15 +60,14 @@ def run_explain(
     costs_path = costs or newest_costs(reports_dir)
     entries = read_costs(costs_path) if costs_path is not None else []
     discovery = discover([*repros_dirs, *_matrix_dirs(matrix)])
-    errors = logged_errors(text)
-    found = explain(errors, list(discovery.repros.values()))
+    found = explain(scan.errors, list(discovery.repros.values()))
 
     def say(line: str = "") -> None:
         console.print(plain(line), highlight=False, markup=False)
 
-    if cut:
-        say(f"(read the last {MAX_LOG_BYTES >> 20} MiB of {log})")
     _report(found, say, versions, entries, costs_path)
+    if scan.not_kept:
+        say(f"({scan.not_kept} more distinct exceptions in the log's {scan.lines} lines beyond the first {MAX_ERRORS})")
     return 0 if found.found else 1
 
 

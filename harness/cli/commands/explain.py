@@ -1,6 +1,8 @@
 """``explain LOG``: which documented failure a traceback or CI log shows (``-``: stdin), which
 versions the harness measured as affected and fixed, where your versions fall, and what each
-workaround costs; or "not a documented failure" with the closest candidates.
+workaround costs; or "not a documented failure" with the closest candidates. The whole log is read,
+line by line, in bounded memory (``harness/analysis/explain/logs.py``), and lines are numbered as
+``grep -n`` numbers them.
 
 Exit status: 0 when the log shows a documented failure (or one of your repros' failures), 1 when
 not, 2 for a usage error.
