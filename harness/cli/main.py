@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
+from harness.cli import options
 from harness.cli.commands import COMMANDS
-from harness.core.errors import EXIT_USAGE, UserError
+from harness.core.errors import EXIT_USAGE, UserError, one_line
 from harness.core.invocation import program_text
 from harness.core.text import plain
 
@@ -25,16 +28,34 @@ def program_name() -> str:
     return program_text()
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, its usage errors one line (what is wrong and where help is) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        line = one_line(plain(f"{self.prog}: {message}; see '{self.prog} --help'"))
+        self.exit(EXIT_USAGE, f"error: {line}\n")
+
+
+def checked_paths(parser: argparse.ArgumentParser) -> None:
+    """Every path argument of every verb (``type=Path``) refused as it is parsed where it could not
+    be a path (empty, a name too long: every look-up of it would raise)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for verb in dict.fromkeys(action.choices.values()):
+                checked_paths(verb)
+        elif action.type is Path:
+            action.type = options.path_value
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(
-        prog=program_name(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    root = Parser(prog=program_name(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = root.add_subparsers(dest="command", required=True)
     for command_class in COMMANDS:
         command = command_class()
         verb = sub.add_parser(command.name, help=command.help, description=command.help)
         command.add_arguments(verb)
         verb.set_defaults(handler=command)
+    checked_paths(root)
     return root
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,7 @@ class Option:
             kwargs["action"] = "append"
             kwargs["default"] = []
         if self.kind in ("path", "paths"):
-            kwargs["type"] = Path
+            kwargs["type"] = path_value
         if self.kind == "int":
             kwargs["type"] = whole_number(self.flags[0])
         if self.kind == "date":
@@ -77,6 +78,72 @@ def _past_day(flag: str) -> Callable[[str], str]:
         return day.isoformat()
 
     return parse
+
+
+#: The longest name one directory entry may have, and the longest path (Linux's NAME_MAX, PATH_MAX).
+NAME_MAX = 255
+PATH_MAX = 4096
+#: Room kept under an output directory for what a run writes there (cells, items, attempts, logs).
+OUTPUT_ROOM = 1024
+
+
+def path_problem(path: Path, room: int = 0) -> str | None:
+    """What makes ``path`` unusable as a path at all (empty, a part longer than a file system
+    allows, too long with ``room`` bytes more below it), or None. Nothing is looked up: a name too
+    long would make every look-up raise."""
+    text = str(path)
+    if not text or text.isspace():
+        return "is empty"
+    if "\0" in text:
+        return "holds a NUL character"
+    for part in Path(text).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            return f"has a part of {len(os.fsencode(part))} bytes, more than a file name may have ({NAME_MAX})"
+    full = len(os.fsencode(os.path.abspath(text)))
+    if full + room >= PATH_MAX:
+        kept = f" with room for what goes under it ({room} bytes)" if room else ""
+        return f"is {full} bytes long, more than a path may be{kept} ({PATH_MAX})"
+    return None
+
+
+def path_value(value: str) -> Path:
+    """argparse's type for a path argument: refused as it is parsed where it could not be a path
+    (argparse names the argument)."""
+    problem = path_problem(Path(value)) if value else "is empty"
+    if problem:
+        raise argparse.ArgumentTypeError(f"{shown(value)} {problem}")
+    return Path(value)
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """A value as an error message shows it: quoted, escaped, and cut short where it is long."""
+    quoted = repr(value)
+    return quoted if len(quoted) <= limit else f"{quoted[: limit - 5]}...{quoted[-4:]} ({len(value)} characters)"
+
+
+def check_path(flag: str, path: Path, room: int = 0) -> Path:
+    """``path``, or the ``UserError`` naming ``flag`` where it could not be a path."""
+    problem = path_problem(path, room)
+    if problem:
+        raise UserError(flag, shown(str(path)), problem, f"give {flag} another path")
+    return path
+
+
+def check_output_dir(flag: str, path: Path, writable: bool = True) -> Path:
+    """A directory a run writes into (or makes): refused up front where it is a file, where what
+    it would be made in is not a directory, or (``writable``) where it cannot be written."""
+    check_path(flag, path, room=OUTPUT_ROOM)
+    target = Path(path).expanduser().absolute()
+    existing = target
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    if os.path.exists(existing) and not os.path.isdir(existing):
+        why = "it is not a directory" if existing == target else f"{existing} is not a directory"
+        raise UserError(path, flag, f"cannot be written ({why})", f"give {flag} a directory, or where to make one")
+    if writable and not os.access(existing, os.W_OK | os.X_OK):
+        why = "permission denied" if existing == target else f"{existing} cannot be written"
+        raise UserError(path, flag, f"cannot be written ({why})", f"give {flag} a directory you can write to")
+    return path
 
 
 def gigabytes(flag: str) -> Callable[[str], float]:
@@ -236,11 +303,14 @@ def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
         return ()
     if isinstance(values, str):
         values = [values]
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+    # Only spaces are trimmed ("F1, F5"): any other character is part of the name, and a name
+    # with a newline or a tab in it is unknown, not taken for the name without it.
+    return tuple(v.strip(" ") for value in values for v in value.split(",") if v.strip(" "))
 
 
 def check_repros_dirs(repros_dirs: Sequence[Path]) -> list[Path]:
     for directory in repros_dirs:
+        check_path("--repros-dir", Path(directory))
         if not Path(directory).is_dir():
             raise UserError(directory, "--repros-dir", "is not a directory", "pass the directory of your repro files")
     return [Path(d).resolve() for d in repros_dirs]
@@ -255,13 +325,28 @@ def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None
     return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
 
 
-def cache_dir(value: Path | None) -> Path:
-    return Path(value or default_cache_dir()).expanduser().resolve()
+def cache_dir(value: Path | None, for_writing: bool = False) -> Path:
+    """The environment cache: ``--cache-dir``, else ``$FT_REGRESS_CACHE`` or the default; refused at
+    once where it cannot be a directory (else every item would find no environment), and where a
+    run (``for_writing``) could not write it."""
+    if value is not None:
+        flag = "--cache-dir"
+    else:
+        flag = "$FT_REGRESS_CACHE" if os.environ.get("FT_REGRESS_CACHE") else "the environment cache"
+    path = Path(value or default_cache_dir()).expanduser()
+    check_output_dir(flag, path, writable=for_writing)
+    return path.resolve()
 
 
 def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -> RunOptions:
     """``RunOptions`` from option values by destination (the CLI's namespace, or the plugin's)."""
-    repros_dirs = tuple(Path(d).resolve() for d in values.get("repros_dir") or [])
+    repros_dirs = tuple(Path(d).resolve() for d in check_repros_dirs(values.get("repros_dir") or []))
+    if values.get("matrix") is not None:
+        check_path("--matrix", Path(values["matrix"]))
+    if more.get("out_dir") is not None:
+        check_output_dir("--out", Path(more["out_dir"]))
+    if values.get("reports_dir") is not None and more.get("out_dir") is None and values.get("out") is None:
+        check_output_dir("--reports-dir", Path(values["reports_dir"]))  # where the run's directory is made
     matrix, discovery = load(values.get("matrix"), repros_dirs, cwd)
     given_cache = values.get("cache_dir")
     fields: dict[str, Any] = {
@@ -271,7 +356,7 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -
         "cells": csv(values.get("cells")),
         "repros": csv(values.get("repros")),
         "modes": csv(values.get("modes")) or MODES,
-        "cache_dir": cache_dir(given_cache),
+        "cache_dir": cache_dir(given_cache, for_writing=True),
         "cache_dir_given": given_cache is not None,
         "cache_max_gb": values.get("cache_max_gb"),
         "repros_dirs": repros_dirs,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from repros.runtime.spec import Expectation, ReproSpec
@@ -15,7 +16,7 @@ from repros.runtime.spec import Expectation, ReproSpec
 
 def holds(when: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
     for package, spec in when.items():
-        installed = versions.get(package.lower().replace("_", "-"))
+        installed = versions.get(canonicalize_name(package))
         if installed is None:
             return False
         try:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import UserError
 from repros.runtime.outcomes import SCENARIO_OUTCOMES
-from repros.runtime.spec import DEVICES
+from repros.runtime.spec import DEVICES, PACKAGE_NAME
 from repros.trainer.grid_axes import AXES
 
 COVERAGES = ("pairwise", "product")
@@ -158,8 +159,16 @@ def load_grid(path: Path, raw: Mapping[str, Any] | None, lanes: Iterable[str]) -
                 f"{outcome!r} is not an outcome a combination can have",
                 f"use one of: {', '.join(SCENARIO_OUTCOMES)}",
             )
-        versions = {str(k): str(v) for k, v in (rule.get("versions") or {}).items()}
-        for package, spec in versions.items():
+        versions: dict[str, str] = {}
+        for package, spec in {str(k): str(v) for k, v in (rule.get("versions") or {}).items()}.items():
+            if not PACKAGE_NAME.fullmatch(package):
+                raise UserError(
+                    path,
+                    f"{where}.versions",
+                    f"{package!r} is not a package name",
+                    "write its name on PyPI (letters, digits, '.', '_' and '-')",
+                )
+            versions[canonicalize_name(package)] = spec
             try:
                 SpecifierSet(spec)
             except InvalidSpecifier:

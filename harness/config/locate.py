@@ -25,7 +25,7 @@ def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
         return here
     from_env = os.environ.get(MATRIX_VARIABLE)
     if from_env:
-        if not Path(from_env).is_file():
+        if not _is_file(Path(from_env)):
             raise UserError(
                 f"${MATRIX_VARIABLE}",
                 from_env,
@@ -40,3 +40,11 @@ def find_matrix(given: Path | None, cwd: Path | None = None) -> Path:
         f"pass --matrix FILE, run from a directory with {DEFAULT_MATRIX_NAME}, or run '{program_text()} init' "
         "for a starter",
     )
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False, not an exception, for a name too long to look up."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False

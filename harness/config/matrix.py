@@ -7,22 +7,24 @@ is not installed. Nothing here depends on a cell's name.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Collection, Iterable, Mapping
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from harness.config.grid import load_grid
 from harness.config.model import DEFAULT_PYTHON, DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Cell, Exclude, Matrix
-from harness.config.yaml_safety import UniqueKeyLoader, refuse_alias_bombs
+from harness.config.repros import is_directory
+from harness.config.yaml_safety import load_yaml
 from harness.core.errors import UserError
 from harness.core.names import one_of, unknown_repro_fix
 from harness.environments import DEFAULT_PROVIDER, PROVIDERS, provider_class
@@ -60,6 +62,47 @@ def _check_numbers(path: Path, data: dict[str, Any]) -> None:
             )
 
 
+def ecma_anchors(pattern: str) -> str:
+    """``pattern`` with each ``$`` anchor meaning the end of the text, as in ECMA-262 (the dialect
+    JSON Schema's ``pattern`` is written in): Python's ``$`` also matches before a final newline,
+    so ``^[a-z]+$`` would let ``"name\\n"`` through."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "$":
+            ch = r"\Z"
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _ecma_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(ecma_anchors(pattern))
+
+
+def _pattern(
+    validator: jsonschema.protocols.Validator, pattern: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    """JSON Schema's ``pattern``, its anchors as ECMA-262 reads them (``ecma_anchors``)."""
+    if validator.is_type(instance, "string") and not _ecma_regex(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: The matrix's validator: Draft 2020-12, its ``pattern`` a full match where the pattern says so.
+MatrixValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, validators={"pattern": _pattern})
+
+
 def _schema() -> dict[str, Any]:
     text = resources.files("harness.config").joinpath("matrix.schema.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
@@ -91,6 +134,18 @@ def _schema_error(path: Path, error: jsonschema.ValidationError) -> UserError:
     if error.validator == "required":
         return UserError(path, field, error.message, f"add it ({MATRIX_FORMAT_HINT})")
     if error.validator == "pattern" or (error.validator == "propertyNames"):
+        settings = _schema()["$defs"]["settings"]["properties"]
+        if error.validator_value == settings["python"]["pattern"]:
+            return UserError(
+                path, field, f"{error.instance!r} is not a Python version", "write it like '3.11' or '3.11.9'"
+            )
+        if error.validator_value == settings["exclude_packages"]["items"]["pattern"]:
+            return UserError(
+                path,
+                field,
+                f"{error.instance!r} is not a package name",
+                "write its name on PyPI: letters, digits, '.', '_' and '-', starting and ending with a letter or digit",
+            )
         return UserError(
             path,
             field,
@@ -189,31 +244,30 @@ def _check_date(path: Path, field: str, value: str | None) -> str | None:
     return value
 
 
+def _read_capped(path: Path) -> bytes:
+    """The file's bytes, at most one more than ``MAX_MATRIX_BYTES`` (``/dev/zero`` is not read forever)."""
+    with path.open("rb") as fh:
+        return fh.read(MAX_MATRIX_BYTES + 1)
+
+
 def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collection[str]) -> Matrix:
     """Read and validate ``path``; raise ``UserError`` naming the field and the fix."""
     path = Path(path)
     try:
-        raw_bytes = path.read_bytes()
+        raw_bytes = _read_capped(path)
     except FileNotFoundError:
         raise UserError(path, "", "no such matrix file", "pass --matrix with the path of an existing file") from None
     except OSError as exc:
         raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
     if len(raw_bytes) > MAX_MATRIX_BYTES:
         raise UserError(
-            path, "", f"is {len(raw_bytes)} bytes, more than a matrix needs", f"keep it under {MAX_MATRIX_BYTES} bytes"
+            path, "", f"is more than {MAX_MATRIX_BYTES} bytes, more than a matrix needs", "keep it under that"
         )
-    try:
-        refuse_alias_bombs(path, raw_bytes)
-        data = yaml.load(raw_bytes, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark else "somewhere"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(path, line, f"is not valid YAML ({problem})", "fix the syntax there") from None
+    data = load_yaml(path, raw_bytes)
     if not isinstance(data, dict):
         raise UserError(path, "", "is not a mapping", f"start from the example ({MATRIX_FORMAT_HINT})")
 
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = MatrixValidator(_schema())
     errors = list(validator.iter_errors(data))
     # A property whose value fails its own check is also reported as "unevaluated" by the
     # enclosing schema; that echo names no key of its own: report the real error instead.
@@ -341,7 +395,7 @@ def _repros_dirs(path: Path, data: dict[str, Any]) -> tuple[Path, ...]:
     dirs = []
     for i, entry in enumerate(data.get("repros_dirs") or []):
         directory = (path.resolve().parent / Path(entry).expanduser()).resolve()
-        if not directory.is_dir():
+        if not is_directory(directory):
             raise UserError(
                 path,
                 f"repros_dirs[{i}]",
@@ -356,12 +410,11 @@ def declared_repros_dirs(path: Path) -> tuple[Path, ...]:
     """The matrix's ``repros_dirs``, read before its repros are known (they are where some come
     from). A matrix that cannot be read gives none here: ``load_matrix`` then says what is wrong."""
     try:
-        raw = Path(path).read_bytes()
+        raw = _read_capped(Path(path))
         if len(raw) > MAX_MATRIX_BYTES:
             return ()
-        refuse_alias_bombs(path, raw)
-        data = yaml.load(raw, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except (OSError, yaml.YAMLError, UserError):
+        data = load_yaml(path, raw)
+    except (OSError, UserError):
         return ()
     if not isinstance(data, dict) or not isinstance(data.get("repros_dirs"), list):
         return ()

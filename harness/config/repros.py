@@ -22,11 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 import repros
 import repros.catalog
+from harness.core.errors import UserError
 from harness.core.names import natural_key
 from harness.core.processes import isolated_environ
 from repros.runtime.kinds import BUILTIN_KIND, KINDS, is_file_ref, kind_of
+from repros.runtime.kinds.base import too_large
 from repros.runtime.spec import ReproSpec, spec_from_data
 
 REPROS_PATH_ENV = "FT_REGRESS_REPROS"
@@ -67,7 +71,25 @@ class Discovery:
 
 
 def user_dirs_from_env() -> list[Path]:
-    return [Path(p) for p in os.environ.get(REPROS_PATH_ENV, "").split(os.pathsep) if p]
+    """The directories of ``$FT_REGRESS_REPROS``; one that is not a directory is a ``UserError``."""
+    dirs = [Path(p) for p in os.environ.get(REPROS_PATH_ENV, "").split(os.pathsep) if p]
+    for directory in dirs:
+        if not is_directory(directory):
+            raise UserError(
+                f"${REPROS_PATH_ENV}",
+                str(directory),
+                "is not a directory",
+                f"set it to directories of repro files, separated by '{os.pathsep}', or unset it",
+            )
+    return dirs
+
+
+def is_directory(path: Path) -> bool:
+    """Whether ``path`` is a directory; False, not an exception, for a name too long to look up."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def _builtin() -> Iterable[tuple[str, str]]:
@@ -80,7 +102,13 @@ def user_files(dirs: Sequence[Path]) -> list[Path]:
     """The files of ``dirs`` that declare a repro of some kind (read, not run)."""
     found = []
     for directory in dict.fromkeys(Path(d).resolve() for d in dirs):
-        for path in sorted(directory.iterdir()):
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError as exc:
+            raise UserError(
+                directory, "", f"cannot be read as a directory of repros ({exc.strerror})", "check the path"
+            ) from None
+        for path in entries:
             if path.is_file() and not path.name.startswith((".", "_")) and kind_of(path) is not None:
                 found.append(path.resolve())
     return list(dict.fromkeys(found))
@@ -131,13 +159,29 @@ def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Desc
             return Described(None, reason=f"its SPEC is not usable: {exc}")
 
 
+def unusable_expectation(spec: ReproSpec) -> str | None:
+    """Why one of the repro's expectations could never be checked (a version specifier that is
+    none), or None: found where the repro is read, not when an outcome is compared with it."""
+    for i, expectation in enumerate(spec.expectations):
+        for package, specifier in expectation.when.items():
+            try:
+                SpecifierSet(specifier)
+            except InvalidSpecifier:
+                return (
+                    f"its expectation {i} ({expectation.mode}) says when {package} {specifier!r}, which is not a "
+                    "version specifier; write it like '<0.19.3' or '>=2.5,<2.7'"
+                )
+    return None
+
+
 def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
     found: dict[str, Repro] = {}
     broken: dict[str, BrokenRepro] = {}
 
     def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: dict[str, Any]) -> None:
-        if spec is None:
-            broken[stem] = BrokenRepro(stem, ref, reason)
+        unusable = unusable_expectation(spec) if spec is not None else None
+        if spec is None or unusable is not None:
+            broken[stem] = BrokenRepro(stem, ref, reason or str(unusable))
         elif spec.id in found:
             broken[stem] = BrokenRepro(stem, ref, f"repro id {spec.id!r} is already taken by {found[spec.id].module}")
         else:
@@ -151,6 +195,10 @@ def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
         else:
             add(stem, ref, loaded.spec, BUILTIN_KIND, "", loaded.rank_params)
     for path in user_files([*extra_dirs, *user_dirs_from_env()]):
+        refused = too_large(path)
+        if refused is not None:  # not read, here or in a child
+            add(path.stem, str(path), None, "", f"{refused.problem}; {refused.fix}", {})
+            continue
         described = describe_in_child(path)
         add(path.stem, str(path), described.spec, described.kind, described.reason, described.rank_params)
     return Discovery(repros=found, broken=broken)

@@ -20,5 +20,15 @@ class UserError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
+        """One line, always: a newline in what the user gave (``--repros $'F1\\n'``) is shown as ``\\n``."""
         field = f" {self.field}:" if self.field else ""
-        return f"{self.where}:{field} {self.problem}; {self.fix}"
+        return one_line(f"{self.where}:{field} {self.problem}; {self.fix}")
+
+
+#: Every character ``str.splitlines`` breaks a line at, and how it is shown instead.
+_BREAKS = {ord(c): ascii(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks shown as escapes (``\\n``), so that it prints as one line."""
+    return text.translate(_BREAKS)

@@ -141,6 +141,7 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
                 raise UserError(matrix.path, "cells", f"no cell named {name!r}", one_of(name, matrix.cells))
         cells = [matrix.cells[n] for n in opts.cells]
         if opts.lane:
+            matrix.cells_in_lane(opts.lane)  # an unknown lane is refused, not taken to hold no cell
             cells = [c for c in cells if opts.lane in c.lanes]
     else:
         lane = opts.lane or matrix.default_lane

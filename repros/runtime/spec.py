@@ -20,7 +20,12 @@ MODES = ("bug", "fixed")
 #: Devices an expectation can be limited to (a rank's ``device.type``).
 DEVICES = ("cpu", "cuda")
 #: What a repro id may look like: it names directories and files of a run, so no path parts.
-REPRO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Checked with ``fullmatch`` (``$`` would let a trailing newline through).
+REPRO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: What a signature id may look like (``F1.recompute-shape-0``): records and rules name it.
+SIGNATURE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+#: A package's name as an expectation's ``when`` names it (PEP 508).
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 #: The most ranks a repro may ask for.
 MAX_WORLD_SIZE = 1024
 #: What makes a ``fixed`` run a PASS: ``trained`` (the fixed trainer's rule, judged from the
@@ -143,7 +148,7 @@ class ReproSpec:
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
         a world size that launches no rank, an expectation no mode can observe."""
-        if not isinstance(self.id, str) or not REPRO_ID.match(self.id):
+        if not isinstance(self.id, str) or not REPRO_ID.fullmatch(self.id):
             raise ValueError(
                 f"repro id {self.id!r} is not allowed: use up to 64 letters, digits, '.', '_' and '-', "
                 "starting with a letter or digit (it names the item's directory)"
@@ -159,7 +164,16 @@ class ReproSpec:
             raise ValueError(
                 f"{self.id}: world_size {self.world_size!r} must be a whole number from 1 to {MAX_WORLD_SIZE}"
             )
+        for sig in self.signatures:
+            if not isinstance(sig.id, str) or not SIGNATURE_ID.fullmatch(sig.id):
+                raise ValueError(
+                    f"{self.id}: signature id {sig.id!r} is not a plain name: use up to 128 letters, digits, "
+                    "'.', '_' and '-', starting with a letter or digit"
+                )
         for exp in self.expectations:
+            bad = [p for p in exp.when if not isinstance(p, str) or not PACKAGE_NAME.fullmatch(p)]
+            if bad:
+                raise ValueError(f"{self.id}: expectation 'when' names {bad[0]!r}, which is not a package name")
             if exp.mode not in self.modes:
                 raise ValueError(f"{self.id}: expectation for mode {exp.mode!r} it does not run")
             if exp.outcome not in BY_MODE[exp.mode]:
@@ -180,7 +194,7 @@ class ReproSpec:
         if len(set(names)) != len(names) or reserved & set(names):
             raise ValueError(f"{self.id}: variant names must be unique and not {sorted(reserved)}")
         for variant in self.variants:
-            if not REPRO_ID.match(variant.name):
+            if not isinstance(variant.name, str) or not REPRO_ID.fullmatch(variant.name):
                 raise ValueError(f"{self.id}: variant name {variant.name!r} is not a plain name")
 
     def variant_names(self) -> list[str]:

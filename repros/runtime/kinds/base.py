@@ -8,12 +8,55 @@ its kind (statically: nothing of the file runs), and ``load``s one by reference 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from repros.runtime.spec import ReproSpec
+
+#: The largest repro file that is read (a repro module, a script repro's declaration): a real one
+#: is a few kilobytes, and a larger one (a huge or sparse file) is refused before it is read.
+MAX_REPRO_FILE_BYTES = 4 << 20
+
+
+class ReproFileTooLarge(ValueError):
+    """A repro file over ``MAX_REPRO_FILE_BYTES``: refused, not read."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+        self.problem = f"is {size} bytes, more than a repro file may be ({MAX_REPRO_FILE_BYTES}), so it is not read"
+        self.fix = "move it out of the repros directory, or declare the repro in a smaller file"
+        super().__init__(f"{self.problem}; {self.fix}")
+
+
+def file_size(path: Path) -> int | None:
+    """The file's size as the file system says it (nothing is read), None where it cannot be told."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def too_large(path: Path) -> ReproFileTooLarge | None:
+    """Why the file is not read, where it is over ``MAX_REPRO_FILE_BYTES``."""
+    size = file_size(path)
+    return ReproFileTooLarge(path, size) if size is not None and size > MAX_REPRO_FILE_BYTES else None
+
+
+def read_repro_file(path: Path) -> bytes:
+    """The file's bytes, at most ``MAX_REPRO_FILE_BYTES``: a larger file raises ``ReproFileTooLarge``
+    having read nothing (or no more than the cap, where it grew while being read)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_REPRO_FILE_BYTES:
+            raise ReproFileTooLarge(path, size)
+        data = fh.read(MAX_REPRO_FILE_BYTES + 1)
+    if len(data) > MAX_REPRO_FILE_BYTES:
+        raise ReproFileTooLarge(path, len(data))
+    return data
 
 
 @dataclass(frozen=True)

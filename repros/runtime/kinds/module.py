@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from repros.runtime.kinds.base import LoadedRepro
+from repros.runtime.kinds.base import LoadedRepro, read_repro_file, too_large
 from repros.runtime.spec import ReproSpec
 
 USER_PACKAGE = "ft_regress_user_repros"
@@ -25,9 +25,9 @@ USER_PACKAGE = "ft_regress_user_repros"
 def declares_spec(path: Path) -> bool:
     """A module-level ``SPEC = ...`` (or ``SPEC: ... = ...``) in the file's source."""
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
-        return True  # unreadable or broken: claimed, so that loading it says why
+        tree = ast.parse(read_repro_file(path), filename=str(path))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return True  # unreadable, too large or broken: claimed, so that loading it says why
     for node in tree.body:
         targets = (
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
@@ -44,6 +44,9 @@ def import_module_ref(ref: str) -> ModuleType:
     name = f"{USER_PACKAGE}.{path.stem}"
     if name in sys.modules:
         return sys.modules[name]
+    refused = too_large(path)
+    if refused is not None:
+        raise refused
     # The repro's own directory is importable: a helper module beside it can be imported.
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))

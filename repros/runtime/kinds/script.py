@@ -37,15 +37,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from repros.runtime.kinds.base import LoadedRepro
-from repros.runtime.spec import MODES, REPRO_ID, Expectation, ReproSpec, Signature
+from repros.runtime.kinds import safe_yaml
+from repros.runtime.kinds.base import LoadedRepro, ReproFileTooLarge, read_repro_file
+from repros.runtime.spec import (
+    MAX_WORLD_SIZE,
+    MODES,
+    PACKAGE_NAME,
+    REPRO_ID,
+    SIGNATURE_ID,
+    Expectation,
+    ReproSpec,
+    Signature,
+)
 
 #: The ranks' params key that carries a script repro's declaration.
 PARAM = "script_repro"
 YAML_SUFFIXES = (".yaml", ".yml")
 PY_VARIABLE = "REPRO"
 _YAML_DECLARES = re.compile(r"^repro\s*:", re.MULTILINE)
-MAX_DECLARATION_BYTES = 1 << 20
 
 KEYS = (
     "id",
@@ -76,8 +85,12 @@ class DeclarationError(ValueError):
 def declares_repro(path: Path) -> bool:
     """Read, never run: a YAML file with a top-level ``repro:`` key, or a ``.py`` file assigning
     ``REPRO`` at module level."""
+    if path.suffix not in (".py", *YAML_SUFFIXES):
+        return False
     try:
-        raw = path.read_bytes()[:MAX_DECLARATION_BYTES]
+        raw = read_repro_file(path)
+    except ReproFileTooLarge:
+        return True  # claimed, so that loading it says why it is not read
     except OSError:
         return False
     if path.suffix in YAML_SUFFIXES:
@@ -109,22 +122,18 @@ def read_declaration(path: Path) -> dict[str, Any]:
     """The ``repro:`` mapping of a YAML file, or the literal ``REPRO`` of a Python file."""
     if path.suffix in YAML_SUFFIXES:
         try:
-            import yaml
+            import yaml  # noqa: F401 - only to say so where it is missing
         except ImportError:  # pragma: no cover - the orchestrator has PyYAML; ranks get data
             raise DeclarationError(path, "repro", "PyYAML is needed to read it here", "install PyYAML") from None
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark else "repro"
-            raise DeclarationError(
-                path, where, f"is not valid YAML ({getattr(exc, 'problem', exc)})", "fix the syntax there"
-            ) from None
+            data = safe_yaml.load(_read(path))
+        except safe_yaml.YamlRefused as refused:
+            where = f"line {refused.line}" if refused.line is not None else "repro"
+            raise DeclarationError(path, where, refused.problem, refused.fix) from None
         if not isinstance(data, dict) or not isinstance(data.get("repro"), dict):
             raise DeclarationError(path, "repro", "is not a mapping", "write 'repro:' with its fields indented below")
         return dict(data["repro"])
-    source = path.read_bytes()
-    tree = ast.parse(source, filename=str(path))
+    tree = ast.parse(_read(path), filename=str(path))
     value = repro_assignment(tree)
     if value is None:
         raise DeclarationError(path, PY_VARIABLE, "is not assigned", "write REPRO = {...} at the top level")
@@ -141,6 +150,13 @@ def read_declaration(path: Path) -> dict[str, Any]:
         raise DeclarationError(path, PY_VARIABLE, f"is a {type(data).__name__}", "make it a dict")
     data.setdefault("script", path.name)
     return data
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return read_repro_file(path)
+    except ReproFileTooLarge as exc:
+        raise DeclarationError(path, "(file)", exc.problem, exc.fix) from None
 
 
 def _check_keys(path: Path, where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
@@ -229,7 +245,14 @@ def _signatures(path: Path, repro_id: str, value: Any) -> list[dict[str, str]]:
                 "escape characters such as ( [ . with a backslash",
             ) from None
         default_id = f"{repro_id}.declared" if len(entries) == 1 else f"{repro_id}.declared-{i + 1}"
-        sig_id = str(entry.get("id") or default_id)
+        sig_id = entry.get("id") or default_id
+        if not isinstance(sig_id, str) or not SIGNATURE_ID.fullmatch(sig_id):
+            raise DeclarationError(
+                path,
+                f"{where}.id",
+                f"{sig_id!r} is not a plain name",
+                "use up to 128 letters, digits, '.', '_' and '-', starting with a letter or digit",
+            )
         description = str(entry.get("description", ""))
         found.append({"id": sig_id, "type": etype, "pattern": pattern, "description": description})
     return found
@@ -261,6 +284,14 @@ def _expectations(path: Path, value: Any, modes: tuple[str, ...]) -> list[dict[s
             raise DeclarationError(
                 path, f"expectations[{i}].when", "is not a mapping", "write package: specifier pairs"
             )
+        for package in when:
+            if not isinstance(package, str) or not PACKAGE_NAME.fullmatch(package):
+                raise DeclarationError(
+                    path,
+                    f"expectations[{i}].when",
+                    f"{package!r} is not a package name",
+                    "write its name on PyPI (letters, digits, '.', '_' and '-') and a specifier, e.g. torch: '<2.5'",
+                )
         found.append(
             {
                 "mode": mode,
@@ -278,14 +309,19 @@ def normalise(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
     """The declaration checked and made self-contained (absolute paths): what the ranks are sent."""
     _check_keys(path, "", data, KEYS)
     repro_id = data.get("id", re.sub(r"[^A-Za-z0-9_.-]", "-", path.stem).lstrip("-_.") or "script")
-    if not isinstance(repro_id, str) or not REPRO_ID.match(repro_id):
+    if not isinstance(repro_id, str) or not REPRO_ID.fullmatch(repro_id):
         raise DeclarationError(
             path, "id", f"{repro_id!r} is not a plain name", "use up to 64 letters, digits, '.', '_' and '-'"
         )
     world_size = data.get("world_size")
-    if world_size is not None and (not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1):
+    if world_size is not None and (
+        not isinstance(world_size, int) or isinstance(world_size, bool) or not 1 <= world_size <= MAX_WORLD_SIZE
+    ):
         raise DeclarationError(
-            path, "world_size", f"{world_size!r} is not a number of ranks", "give a whole number, 1 or more"
+            path,
+            "world_size",
+            f"{world_size!r} is not a number of ranks",
+            f"give a whole number from 1 to {MAX_WORLD_SIZE}",
         )
     command = _command(path, "", data, None)
     fixed = data.get("fixed")
