@@ -100,11 +100,13 @@ def judge_training(records: Sequence[RankRecord]) -> list[str]:
 
 
 def _unobserved(launch: LaunchResult) -> Observation | None:
-    """What ended the item before anything could be judged: a hang, a scenario the cell cannot
-    run, a rank killed by a signal, a failure in setup or import. None when the ranks ran."""
+    """What ended the item before anything could be judged: the machine (a full disk, the item's
+    directory removed), a hang, a scenario the cell cannot run, a rank killed by a signal, a
+    failure in setup or import. None when the ranks ran."""
+    if launch.machine_reason:
+        return Observation(INFRA, reasons=(launch.machine_reason,))
     if launch.timed_out:
-        running = [r for r, rec in launch.records.items() if rec is not None and rec.status == "running"]
-        return Observation(HANG, reasons=(f"no end within the item's timeout; ranks still running: {running}",))
+        return Observation(HANG, reasons=(f"no end within the item's timeout; {_hung(launch)}",))
 
     unavailable = [(r, rec) for r, rec in sorted(launch.records.items()) if rec and rec.status == "unavailable"]
     if unavailable:
@@ -122,6 +124,17 @@ def _unobserved(launch: LaunchResult) -> Observation | None:
         if info.type in _INFRA_EXCEPTIONS or rec.phase in _INFRA_PHASES:
             return Observation(INFRA, error=info, reasons=(f"rank {rank} failed in {rec.phase}: {info.type}",))
     return None
+
+
+def _hung(launch: LaunchResult) -> str:
+    """Which ranks hung, each in the phase it was in when the time ran out (read then from its
+    record by the launcher; the records read after the kill where it read none)."""
+    hung = launch.hung or {
+        r: rec.phase or "an unknown phase" for r, rec in launch.records.items() if rec and rec.status == "running"
+    }
+    if not hung:
+        return "every rank had ended; the launcher had not"
+    return "hung: " + ", ".join(f"rank {rank} in {phase}" for rank, phase in sorted(hung.items()))
 
 
 def _errors(launch: LaunchResult) -> list[tuple[int, ErrorInfo, RankRecord]]:

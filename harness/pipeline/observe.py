@@ -92,6 +92,7 @@ def _observe(
         cell=item.cell.name,
         extra_env={"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {},
         params={**repro.rank_params, **item.launch_params()},
+        scan_root=run_dir.path,
     )
     launch = launcher.launch(request)
     if item.runs_as_written:

@@ -16,7 +16,12 @@ them (and loads DeepSpeed's JIT comm op) once and then serves items:
   item, so a crash or hang in one item cannot touch the next one;
 * like torchrun, the leader stops the other ranks (SIGTERM, then SIGKILL after a grace)
   once one has failed, and writes ``launcher.json`` (each rank's exit code, negative for
-  a signal, and which ranks it stopped itself);
+  a signal, which ranks it stopped itself, and what the ranks left running that it killed);
+* the leader is a child subreaper (``repros/runtime/lifeline.py``): a process the ranks start
+  that leaves their session (a daemon's double fork) is re-parented to it, and killed with
+  the item; the worker is one too, and ends whatever is re-parented to it;
+* the leader writes its own output, and each rank its log, through the named pipes the
+  orchestrator listens on (``repros/runtime/record.py``: ``open_log``), which cap them;
 * the server never trains, never initialises a process group, CUDA or OpenMP, so each
   fork starts from the same pristine, freshly imported state. It answers on
   ``--reply-fd`` (one JSON line per event: ``ready``, ``started``, ``exited``); its own
@@ -41,7 +46,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from repros.runtime.lifeline import join_cgroup
+from repros.runtime.lifeline import become_subreaper, children, join_cgroup, kill_cgroup, kill_descendants
+from repros.runtime.record import open_log
 
 #: What a rank of any built-in repro imports; each is imported once, here, and a
 #: package the cell lacks is simply reported (its items fail at import as they would).
@@ -183,6 +189,11 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
     (its own process group) and itself: nothing of the item outlives the run."""
     worker = os.getppid()
     join_cgroup(request.get("cgroup"))
+    # Every process of the item stays the leader's descendant, whatever session it makes.
+    become_subreaper()
+    # A timeout's SIGTERM is for the ranks (each resets it): the leader stays to kill what they
+    # leave and to say how each ended; the orchestrator kills it last.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     host = "127.0.0.1"
     port = free_port(host)
     world_size = int(request["world_size"])
@@ -207,7 +218,9 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
     killed_by_us = False
     while len(codes) < world_size:
         if os.getppid() != worker:
-            print("the cell's worker is gone: killing the item's ranks", flush=True)
+            print("the cell's worker is gone: killing the item's processes", flush=True)
+            kill_descendants(reap=True)
+            kill_cgroup(request.get("cgroup"))
             os.killpg(0, signal.SIGKILL)
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -248,7 +261,17 @@ def lead_item(request: dict[str, Any], entry: str = RANK_ENTRY) -> int:
                 stopped.append(other_rank)
                 _signal(other, signal.SIGTERM)
             stop_deadline = time.monotonic() + STOP_GRACE_S
-    record = {"ranks": {str(r): c for r, c in sorted(codes.items())}, "stopped": sorted(stopped), "port": port}
+    # What the ranks left running (a daemon in a session of its own, a child of a rank that ended):
+    # re-parented to the leader, which ends it with the item.
+    leftovers = kill_descendants(reap=True)
+    if leftovers:
+        print(f"killed what the ranks left running: pids {leftovers}", flush=True)
+    record = {
+        "ranks": {str(r): c for r, c in sorted(codes.items())},
+        "stopped": sorted(stopped),
+        "port": port,
+        "leftovers_killed": leftovers,
+    }
     (Path(request["item_dir"]) / LAUNCHER_RECORD).write_text(json.dumps(record))
     return 0 if all(code == 0 for code in codes.values()) and len(codes) == world_size else 1
 
@@ -275,7 +298,7 @@ def _start_item(request: dict[str, Any], close_fds: list[int], entry: str) -> in
         os.close(devnull)
         for fd in close_fds:
             os.close(fd)
-        log = os.open(item_dir / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = open_log(item_dir / "launcher.log")
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
@@ -290,6 +313,8 @@ def _start_item(request: dict[str, Any], close_fds: list[int], entry: str) -> in
 
 def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
     reply = os.fdopen(reply_fd, "w", buffering=1)
+    # A process whose item leader died is re-parented here, not to init: it is ended (``_end_strays``).
+    become_subreaper()
     started = time.perf_counter()
     took, failed = preload(modules)
     comm_op = warm_deepspeed_comm_op()
@@ -313,10 +338,12 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
         # Nobody will time the items out or read their records: end them now.
         print(f"the orchestrator is gone ({exc}): killing {len(leaders)} item(s) in flight", flush=True)
         for pid in leaders:
+            kill_descendants(pid)  # the leader last: what its ranks left is re-parented to it
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        kill_descendants(reap=True)
         for pid in list(leaders):
             try:
                 os.waitpid(pid, 0)
@@ -326,11 +353,29 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
     return 0
 
 
+#: How often the worker looks for processes re-parented to it (their item's leader died).
+STRAY_CHECK_S = 1.0
+
+
+def _end_strays(leaders: dict[int, str], own: set[int]) -> None:
+    """Kill the processes re-parented to this worker (an item's, whose leader died): any child
+    that is neither an item leader nor one its imports had started before it served."""
+    for pid in children(os.getpid()):
+        if pid not in leaders and pid not in own:
+            kill_descendants(pid)
+            _signal(pid, signal.SIGKILL)
+
+
 def _serve_items(reply: Any, reply_fd: int, leaders: dict[int, str], entry: str) -> None:
     stdin = sys.stdin.fileno()
     buffer = b""
     open_input = True
+    strays_checked = time.monotonic()
+    own = set(children(os.getpid()))
     while open_input or leaders:
+        if time.monotonic() - strays_checked > STRAY_CHECK_S:
+            strays_checked = time.monotonic()
+            _end_strays(leaders, own)
         readable, _, _ = select.select([stdin] if open_input else [], [], [], 0.05)
         if readable:
             chunk = os.read(stdin, 65536)

@@ -4,9 +4,10 @@
         -m repros.runtime.rank_main --module repros.catalog.f1_... --mode bug --item-dir DIR
 
 It imports only the standard library, the cell's packages and the repros package.
-It sends its own stdout/stderr to ``DIR/rank<R>.log``, writes ``DIR/rank<R>.json``
-when it starts and again when it ends, and on an exception leaves at once with a
-non-zero status so that torchrun stops the other ranks.
+It sends its own stdout/stderr to ``DIR/rank<R>.log`` (through the orchestrator's pipe for it,
+which keeps the log's head and tail, capped), writes ``DIR/rank<R>.json`` when it starts, as it
+enters each phase (``import``, ``setup``, ``run``, ``teardown``) and when it ends, and on an
+exception leaves at once with a non-zero status so that torchrun stops the other ranks.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from repros.runtime.context import Meters, RankContext, installed_versions
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
 from repros.runtime.model_size import use_size
-from repros.runtime.record import ScenarioUnavailable, rank_log_path, write_rank_record
+from repros.runtime.record import ScenarioUnavailable, open_log, rank_log_path, write_rank_record
 
 #: How long a collective may block before the process group gives up on its own.
 #: The orchestrator's per-item timeout is the real bound; this only keeps a rank
@@ -46,7 +47,8 @@ def _qualified_name(exc: BaseException) -> str:
 
 
 def _redirect_output(log_path: Path) -> Any:
-    log = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
+    # Through the orchestrator's pipe where it listens: it keeps the log's head and tail, capped.
+    log = os.fdopen(open_log(log_path), "w", buffering=1, encoding="utf-8", errors="replace")
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(log.fileno(), 1)
@@ -139,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         # it sets up torch.distributed itself (a user's script) or the rank does it for it.
         repro = load_repro(args.module, params)
         spec = repro.spec
+        # Each phase is on disk as it is entered: a rank that hangs is named in the phase it hung in.
         record["phase"] = "setup"
+        write_rank_record(item_dir, rank, record)
         if repro.owns_process_group:
             device, backend = _device_only(local_rank)
         else:
@@ -171,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         record["model"] = size.name
         record["phase"] = "run"
+        write_rank_record(item_dir, rank, record)
         repro.run(ctx)
         record["status"] = "ok"
     except ScenarioUnavailable as exc:
@@ -208,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     if dist.is_initialized():
+        # Its work is recorded; a hang from here on is the process group's teardown.
+        record["phase"] = "teardown"
+        try:
+            write_rank_record(item_dir, rank, record)
+        except OSError:
+            pass  # what it did is recorded already
         dist.destroy_process_group()
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,36 @@ def rank_record_path(item_dir: Path, rank: int) -> Path:
 
 def rank_log_path(item_dir: Path, rank: int) -> Path:
     return item_dir / f"rank{rank}.log"
+
+
+def log_pipe_path(log_path: Path) -> Path:
+    """Where the orchestrator listens for what is written to ``log_path`` (a named pipe it copies
+    into ``log_path``, capped); absent when nobody listens (the log is then written directly)."""
+    return log_path.with_name(f".{log_path.name}.pipe")
+
+
+def log_of_pipe(path: Path) -> Path | None:
+    """The log a pipe of ``log_pipe_path`` is copied into (what a rank's stdout, a pipe, stands
+    for), or None where ``path`` is not such a pipe."""
+    name = path.name
+    if name.startswith(".") and name.endswith(".pipe") and len(name) > len("..pipe"):
+        return path.with_name(name[1 : -len(".pipe")])
+    return None
+
+
+def open_log(log_path: Path) -> int:
+    """A descriptor to write ``log_path`` through: the orchestrator's pipe for it where one is
+    listening, else the file itself (appended)."""
+    pipe = log_pipe_path(log_path)
+    try:
+        if stat.S_ISFIFO(os.stat(pipe).st_mode):
+            # Non-blocking only to fail at once (ENXIO) where nobody reads; writes then block.
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            return fd
+    except OSError:
+        pass
+    return os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
 def write_rank_record(item_dir: Path, rank: int, record: dict[str, Any]) -> None:

@@ -323,12 +323,15 @@ class VLLMTarget:
 def engine_log_path(fallback_dir: str) -> Path:
     """Where the engine's output goes: beside this rank's own log (``vllm-engine.log`` in the
     item's directory, which the rank's stdout is redirected to), else in ``fallback_dir``."""
+    from repros.runtime.record import log_of_pipe
     from repros.trainer.vllm_engine import LOG_NAME
 
     try:
         stdout = Path(os.readlink("/proc/self/fd/1"))
     except OSError:
         stdout = None
+    if stdout is not None:
+        stdout = log_of_pipe(stdout) or stdout  # the pipe the orchestrator copies into the rank's log
     if stdout is not None and stdout.name.startswith("rank") and stdout.suffix == ".log" and stdout.parent.is_dir():
         return stdout.parent / LOG_NAME
     return Path(fallback_dir) / LOG_NAME

@@ -154,23 +154,34 @@ def _remove_at_exit(parent: Path) -> None:
     atexit.register(remove)
 
 
-def remove_dead() -> list[str]:
-    """Kill and remove the item cgroups of orchestrators that are no longer alive."""
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:200] or "?"
+
+
+def remove_dead() -> dict[str, tuple[str, dict[int, str]]]:
+    """Kill and remove the item cgroups of orchestrators that are no longer alive: each cgroup's
+    path → its orchestrator (``pid:start``) and the processes killed in it (pid → command line)."""
     root, _ = base()
-    removed: list[str] = []
+    removed: dict[str, tuple[str, dict[int, str]]] = {}
     if root is None or not root.is_dir():
         return removed
     for orchestrator in root.iterdir():
         if not orchestrator.is_dir() or orchestrator.name.startswith("probe-"):
             continue
-        if marker_alive(orchestrator.name.replace("-", ":", 1)):
+        marker = orchestrator.name.replace("-", ":", 1)
+        if marker_alive(marker):
             continue
         for item in orchestrator.iterdir():
             if item.is_dir():
                 group = ItemCgroup(item)
-                group.kill_all()
+                commands = {pid: _command(pid) for pid in group.pids()}
+                killed = group.kill_all()
                 group.remove()
-                removed.append(str(item))
+                removed[str(item)] = (marker, {pid: commands.get(pid, "?") for pid in killed})
         try:
             orchestrator.rmdir()
         except OSError:

@@ -5,8 +5,11 @@ the world size, the item's directory, its timeout) and returns a ``LaunchResult`
 process of the item is gone, with what the ranks recorded read back. However it starts the
 ranks, it runs them as torchrun would (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``...,
 ``repros.runtime.rank_main`` in each), in a process group of its own that it kills on timeout
-(after asking each rank for its Python stacks) and after the item, sweeping whatever escaped
-(``harness/execution/containment/processes.py``) and DeepSpeed's ``/dev/shm`` segments.
+(after asking each rank for its Python stacks) and after the item, under a first process that is
+the item's subreaper and is killed last, sweeping whatever escaped (the item's cgroup,
+``harness/execution/containment/processes.py``) and DeepSpeed's ``/dev/shm`` segments; the ranks'
+logs are copied and capped by the orchestrator (``logs.py``), and what the machine did to the
+item (a full disk, its directory removed) is found after it (``diagnose.py``).
 
 Launchers are registered by name in ``harness/execution/launchers/__init__.py``.
 """
@@ -38,6 +41,8 @@ class LaunchRequest:
     #: What the item asks of its ranks beyond the repro and the mode (JSON data: the model size,
     #: a grid scenario, a workaround variant); each rank reads it as ``ctx.params``.
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: Where the run writes (its directory): a full disk's reason names the largest files there.
+    scan_root: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 One worker process per cell environment imports torch, transformers, peft and deepspeed
 once; every item is then a fresh fork of it: an item leader in a session of its own that
 forks the ranks, with torchrun's environment and a rendezvous of its own. What the
-orchestrator does around an item is the same as for a torchrun launch (``launch``): a
-timeout that asks the ranks for their stacks and then kills the item's process group,
-the token and session sweeps, DeepSpeed's shared-memory segments removed, and the ranks'
+orchestrator does around an item is the same as for a torchrun launch (``launch``): the
+ranks' logs copied through pipes and capped, a timeout that asks the ranks for their stacks
+and then kills the item's processes (the leader, the item's subreaper, last), the cgroup,
+token and session sweeps, DeepSpeed's shared-memory segments removed, and the ranks'
 records read back into a ``LaunchResult``.
 
 A worker that cannot start (a package that fails to import is not that: its items fail
@@ -32,11 +33,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.environments import Environment
+from harness.execution.containment.leftovers import in_flight_item
 from harness.execution.containment.processes import TOKEN_VARIABLE, sweep, sweep_session
 from harness.execution.launchers.base import LaunchRequest
+from harness.execution.launchers.diagnose import identity
+from harness.execution.launchers.logs import LogPump
 from harness.execution.launchers.result import LaunchResult, collect_item, tail
 from harness.execution.launchers.supervision import (
     end_item_cgroup,
+    end_item_tree,
     extensions_in_use,
     item_cgroup,
     rank_environment,
@@ -46,6 +51,7 @@ from harness.execution.launchers.supervision import (
     untrack_in_flight,
     worker_root,
 )
+from repros.runtime.record import rank_log_path
 
 #: The first start of a worker in a new environment JIT-builds DeepSpeed's comm op (~40 s here).
 READY_TIMEOUT_S = 900.0
@@ -214,12 +220,24 @@ class CellWorker:
             self._proc.stdin.flush()
 
     def launch(self, request: LaunchRequest) -> LaunchResult:
-        module, mode, world_size = request.module, request.mode, request.world_size
-        item_dir, timeout_s = request.item_dir, request.timeout_s
+        item_dir = request.item_dir
         item_dir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(8)
+        with in_flight_item(token, item_dir):
+            return self._launch(request, token)
+
+    def _launch(self, request: LaunchRequest, token: str) -> LaunchResult:
+        module, mode, world_size = request.module, request.mode, request.world_size
+        item_dir, timeout_s = request.item_dir, request.timeout_s
         request_id = token
         group = item_cgroup(token)
+        dir_before = identity(item_dir)
+        # The leader's output and each rank's log come through pipes the orchestrator caps.
+        pump = LogPump()
+        for path in [item_dir / "launcher.log", *(rank_log_path(item_dir, r) for r in range(world_size))]:
+            pump.listen(path)
+        pump.start()
+        hung: dict[int, str] = {}
         box: queue.Queue[dict[str, Any]] = queue.Queue()
         with self._lock:
             self._events[request_id] = box
@@ -277,7 +295,7 @@ class CellWorker:
 
                 if not ends_within(max(0.0, timeout_s - (time.perf_counter() - started))):
                     timed_out = True
-                    stop_timed_out_item(item_dir, world_size, leader, ends_within)
+                    hung = stop_timed_out_item(item_dir, world_size, leader, ends_within)
                     if event.get("event") == "started":
                         ends_within(10.0)  # killed: the worker reaps the leader and says so
                 if event.get("event") == "exited":
@@ -292,16 +310,22 @@ class CellWorker:
                 self.in_flight -= 1
             leftovers: list[int] = []
             if leader is not None:
-                signal_group(leader, signal.SIGKILL)
+                # The leader is the item's subreaper: its descendants go first, then its group.
+                leftovers += end_item_tree(leader)
                 untrack_in_flight(leader)
                 leftovers += sweep_session(leader)
-            # What left the session (a daemon with a cleared environment) is still in the cgroup.
+            # What left the leader's tree too (a process that moved itself) is still in the cgroup.
             leftovers += end_item_cgroup(group)
             leftovers += sweep(token)
+            leftovers += _leader_killed(item_dir / LAUNCHER_RECORD)
+            pump.finish()
         wall_s = time.perf_counter() - started
         if notes:
-            with open(item_dir / "launcher.log", "a", encoding="utf-8") as fh:
-                fh.write("\n".join(notes) + "\n")
+            try:
+                with open(item_dir / "launcher.log", "a", encoding="utf-8") as fh:
+                    fh.write("\n".join(notes) + "\n")
+            except OSError:
+                pass  # a full disk, a directory removed: the item's reason says which
         return collect_item(
             command,
             item_dir,
@@ -312,6 +336,10 @@ class CellWorker:
             leftovers,
             rank_exitcodes=_failed_rank_codes(item_dir / LAUNCHER_RECORD),
             launcher="worker",
+            logs=list(pump.logs.values()),
+            dir_before=dir_before,
+            scan_root=request.scan_root,
+            hung=hung,
         )
 
 
@@ -323,6 +351,15 @@ class LeaderReport(BaseModel):
 
     ranks: dict[int, int] = Field(default_factory=dict)
     stopped: list[int] = Field(default_factory=list)
+    #: What the ranks left running (re-parented to the leader), killed by it before it ended.
+    leftovers_killed: list[int] = Field(default_factory=list)
+
+
+def _leader_killed(path: Path) -> list[int]:
+    try:
+        return LeaderReport.model_validate_json(path.read_bytes()).leftovers_killed
+    except (OSError, ValidationError):
+        return []
 
 
 def _failed_rank_codes(path: Path) -> dict[int, int]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.execution.containment.shm import remove_item_segments
+from harness.execution.launchers.diagnose import DirIdentity, machine_reason
+from harness.execution.launchers.logs import CappedLog
 from harness.records.rank import RankRecord, read_rank_record
 from repros.runtime.record import rank_log_path, rank_record_path
 
@@ -37,6 +39,13 @@ class LaunchResult:
     launcher: str = "torchrun"
     #: Why the launcher asked for could not start them (another one did), if so.
     fallback_reason: str = ""
+    #: What the machine did to the item, if anything (a full disk, its directory removed): it, not
+    #: the item, decides the outcome (INFRA, with this reason).
+    machine_reason: str = ""
+    #: On a timeout, what each rank that had not ended was doing (its phase), by rank.
+    hung: dict[int, str] = field(default_factory=dict)
+    #: Bytes cut from the middle of each log that overflowed its cap, by log name.
+    logs_cut: dict[str, int] = field(default_factory=dict)
 
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
@@ -64,11 +73,17 @@ def collect_item(
     rank_exitcodes: dict[int, int],
     stale_locks: Sequence[str] = (),
     launcher: str = "torchrun",
+    logs: Sequence[CappedLog] = (),
+    dir_before: DirIdentity | None = None,
+    scan_root: Path | None = None,
+    hung: dict[int, str] | None = None,
 ) -> LaunchResult:
     """Read back what a finished launch left in ``item_dir``, once every process of it is
-    gone, and remove what DeepSpeed left of it in /dev/shm (memory)."""
+    gone (and its ``logs`` closed), remove what DeepSpeed left of it in /dev/shm (memory), and
+    say what the machine did to it, if anything (``diagnose.py``)."""
     records = {r: read_rank_record(rank_record_path(item_dir, r)) for r in range(world_size)}
     shm_removed = remove_item_segments(records.values())
+    machine = machine_reason(item_dir, dir_before, logs, records, scan_root)
     return LaunchResult(
         command=command,
         returncode=None if timed_out else returncode,
@@ -83,4 +98,7 @@ def collect_item(
         stale_build_locks_removed=list(stale_locks),
         shm_segments_removed=shm_removed,
         launcher=launcher,
+        machine_reason=machine,
+        hung=dict(hung or {}),
+        logs_cut={log.path.name: log.cut for log in logs if log.cut},
     )

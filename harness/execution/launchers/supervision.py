@@ -7,8 +7,12 @@
   flight (``kill_in_flight``).
 * The environment's JIT directory is held while an item uses it; a build lock left by a
   killed build is cleared when nobody else uses the directory (``extensions_in_use``).
-* On timeout each rank is asked for its Python stacks, then the group is terminated and
-  killed (``stop_timed_out_item``).
+* On timeout, what each rank was doing is read from its record (the phase it had entered, or
+  that it outlived its final record), each rank is asked for its Python stacks, then the group
+  is terminated and, where it does not end, killed (``stop_timed_out_item``).
+* The item's first process (the lifeline under torchrun, the leader under a cell's worker) is
+  its subreaper: whatever the item left is its descendant, and is killed before it
+  (``end_item_tree``), so nothing escapes by leaving the item's session, cgroup or environment.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from harness.environments import Environment, provider_class
 from harness.execution.containment.cgroups import ItemCgroup
 from harness.execution.containment.processes import TOKEN_VARIABLE
 from harness.records.rank import read_rank_record
-from repros.runtime.lifeline import ORCHESTRATOR_VARIABLE, orchestrator_marker
+from repros.runtime.lifeline import ORCHESTRATOR_VARIABLE, kill_descendants, orchestrator_marker
 from repros.runtime.record import rank_record_path
 
 #: This orchestrator, as its items' processes know it (``pid:start``).
@@ -86,10 +90,24 @@ def rank_environment(env: Environment, world_size: int, token: str = "") -> dict
     return base
 
 
-def with_lifeline(command: list[str], python: str, cgroup: ItemCgroup | None = None) -> list[str]:
-    """``command``, run in the item's cgroup so that it is killed when this process ends."""
+def with_lifeline(
+    command: list[str], python: str, cgroup: ItemCgroup | None = None, report: Path | None = None
+) -> list[str]:
+    """``command``, run in the item's cgroup under a lifeline that reaps what it leaves and kills
+    it all when this process ends; ``report``: where the lifeline lists what it killed."""
     options = ["--parent", str(os.getpid())] + (["--cgroup", str(cgroup.path)] if cgroup else [])
+    options += ["--report", str(report)] if report else []
     return [python, "-m", "repros.runtime.lifeline", *options, "--", *command]
+
+
+def read_reported_pids(path: Path) -> list[int]:
+    """The pids a lifeline reported killing (and the report removed)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    path.unlink(missing_ok=True)
+    return [int(line) for line in text.split() if line.isdigit()]
 
 
 def item_cgroup(token: str) -> ItemCgroup | None:
@@ -114,24 +132,63 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def hung_ranks(item_dir: Path, world_size: int) -> dict[int, str]:
+    """What each rank that has not ended was doing, as its record says now: the phase it had
+    entered (``run``...), or, for a rank whose record is final but whose process lives on, that it
+    hung after it (``teardown``); a rank with no record yet had not finished starting."""
+    hung: dict[int, str] = {}
+    for rank in range(world_size):
+        record = read_rank_record(rank_record_path(item_dir, rank))
+        if record is None:
+            hung[rank] = "start (no record yet)"
+        elif record.status == "running":
+            phase = record.phase or "an unknown phase"
+            hung[rank] = phase if not record.pid or _alive(record.pid) else f"{phase} (gone without a final record)"
+        elif record.pid and _alive(record.pid):
+            after = f"{record.phase} (after its {record.status} record)"
+            hung[rank] = "teardown" if record.phase == "teardown" else after
+    return hung
+
+
 def ask_for_stacks(item_dir: Path, world_size: int) -> None:
     for rank in range(world_size):
         record = read_rank_record(rank_record_path(item_dir, rank))
-        if record and record.status == "running" and record.pid:
+        if record and record.pid and (record.status == "running" or _alive(record.pid)):
             try:
                 os.kill(record.pid, signal.SIGUSR1)
             except (ProcessLookupError, PermissionError):
                 pass
 
 
-def stop_timed_out_item(item_dir: Path, world_size: int, pgid: int, ends_within: Callable[[float], bool]) -> None:
-    """The item's time is up: each rank prints its Python stacks into its log, then the
-    item's process group is asked to end (SIGTERM) and, if it has not within 5 s, killed."""
+def end_item_tree(leader: int) -> list[int]:
+    """Kill every descendant of the item's first process (its subreaper), then its process group;
+    return the descendants killed."""
+    killed = kill_descendants(leader)
+    signal_group(leader, signal.SIGKILL)
+    return killed
+
+
+def stop_timed_out_item(
+    item_dir: Path, world_size: int, pgid: int, ends_within: Callable[[float], bool]
+) -> dict[int, str]:
+    """The item's time is up: what each rank was doing is read from its record (returned: rank,
+    phase), each rank prints its Python stacks into its log, then the item's process group is
+    asked to end (SIGTERM) and, if it has not within 5 s, its processes are killed, the item's
+    first process last."""
+    hung = hung_ranks(item_dir, world_size)
     ask_for_stacks(item_dir, world_size)
     time.sleep(1.0)
     signal_group(pgid, signal.SIGTERM)
     if not ends_within(5.0):
-        signal_group(pgid, signal.SIGKILL)
+        end_item_tree(pgid)
+    return hung
 
 
 #: Process groups of the items running now (several under ``--jobs``): an interrupt kills them all.
@@ -150,10 +207,16 @@ def untrack_in_flight(pgid: int) -> None:
 
 
 def kill_in_flight() -> list[int]:
-    """SIGKILL the process group of every item running now; return the groups signalled."""
+    """SIGKILL every item running now: each one's descendants, then its process group (its first
+    process, the subreaper, last); return the groups signalled."""
     with _in_flight_lock:
         groups = sorted(_in_flight)
-    return [pgid for pgid in groups if signal_group(pgid, signal.SIGKILL)]
+    signalled = []
+    for pgid in groups:
+        kill_descendants(pgid)
+        if signal_group(pgid, signal.SIGKILL):
+            signalled.append(pgid)
+    return signalled
 
 
 IN_USE_FILE = ".harness-in-use"
