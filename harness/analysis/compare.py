@@ -9,6 +9,7 @@ matrix cell where no item of its own name is there. Each change gets one class:
 - new error kind: NEW failed with an exception type OLD did not show
 - now matches: the item did not match in OLD and does in NEW
 - added / removed: the item ran in only one of the runs
+- record repeated: a run's results hold an item twice; it is counted once, the last record
 - memory / step time worse or better: the change exceeds the larger of a relative
   threshold, an absolute floor and (for step time) twice the measured spread (IQR)
   of the two runs; nothing inside the noise is flagged.
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.records.item import ItemRecord
+from harness.records.results import Records
 from harness.reports.figures import comparable_memory, comparable_steps
 from repros.runtime.outcomes import Outcome
 
@@ -36,6 +38,7 @@ MEMORY_WORSE = "peak memory worse"
 MEMORY_BETTER = "peak memory better"
 TIME_WORSE = "step time worse"
 TIME_BETTER = "step time better"
+REPEATED = "record repeated"
 
 ORDER = (
     NEW_REGRESSION,
@@ -49,6 +52,7 @@ ORDER = (
     TIME_BETTER,
     ADDED,
     REMOVED,
+    REPEATED,
 )
 
 
@@ -212,7 +216,15 @@ def compare_runs(
             message = after.error.message if after.error else ""
             changes.append(Change(NEW_ERROR_KIND, label, _error_type(before) or "-", new_type, message[:200]))
         changes.extend(_performance(label, before, after, limits))
+    changes += _repeated(old, "old") + _repeated(new, "new")
     return sorted(changes, key=lambda c: (ORDER.index(c.kind), c.item))
+
+
+def _repeated(records: Sequence[ItemRecord], side: str) -> list[Change]:
+    """What reading a run's results said of an item recorded twice (counted once, the last record)."""
+    if not isinstance(records, Records):
+        return []
+    return [Change(REPEATED, f"{side} run", "-", "-", note) for note in records.duplicates]
 
 
 def _cell(text: str) -> str:

@@ -19,12 +19,15 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.core.errors import UserError
 from harness.records.item import ItemRecord
-from harness.records.results import RESULTS_FILE
+from harness.records.results import RESULTS_FILE, Records, ResultsWriteError
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
+
+JsonValue = Any
 
 
 @dataclass
@@ -93,6 +96,8 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     loaded = [_read_shard(d) for d in shard_dirs]
     metas = [meta for _, meta in loaded]
     planned_all, warnings = _check_shards(shard_dirs, metas)
+    # A shard's item recorded twice in its own results is counted once (its last record): said.
+    repeated = [note for records, _ in loaded if isinstance(records, Records) for note in records.duplicates]
 
     owner: dict[str, Path] = {}
     records: list[ItemRecord] = []
@@ -126,7 +131,10 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     commits = {m.git_commit for m in metas}
     if len(commits) > 1:
         warnings.append(f"shards ran different commits: {', '.join(sorted(str(c) for c in commits))}")
-    incomplete = {"incomplete": {"warnings": warnings, "not_run": not_run}} if warnings else {}
+    more: dict[str, JsonValue] = {"incomplete": {"warnings": warnings, "not_run": not_run}} if warnings else {}
+    if repeated:
+        more["repeated_records"] = repeated
+        warnings += repeated
     meta = RunMeta.model_validate(
         {
             "run_id": run_id,
@@ -157,7 +165,7 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
                 }
                 for directory, (shard_records, m) in zip(shard_dirs, loaded, strict=True)
             ],
-            **incomplete,
+            **more,
         }
     )
     return Merged(run_dir=_write_atomically(out, records, meta), records=records, meta=meta, warnings=warnings)
@@ -175,13 +183,21 @@ def _write_atomically(out: Path, records: list[ItemRecord], meta: RunMeta) -> Ru
         ) from None
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(out, "OUT", "exists and is not empty", "choose a new OUT directory")
-    staging = RunDir.create(out.parent / f".{out.name}.merging-{os.getpid()}")
+    staging_path = out.parent / f".{out.name}.merging-{os.getpid()}"
+    shutil.rmtree(staging_path, ignore_errors=True)  # left by a merge of this process id that was killed
+    staging = RunDir.create(staging_path)
     try:
         with staging.writer() as writer:
             for record in records:
                 writer.append(record)
         staging.write_meta(meta)
         os.replace(staging.path, out)
+    except (OSError, ResultsWriteError) as exc:
+        shutil.rmtree(staging.path, ignore_errors=True)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(
+            out, "OUT", f"could not be written ({why}); nothing was left there", "free space, then merge again"
+        ) from None
     except BaseException:
         shutil.rmtree(staging.path, ignore_errors=True)
         raise

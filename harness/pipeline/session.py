@@ -2,9 +2,14 @@
 environment, dispatch the items to the launcher, record each as it finishes, finalize.
 
 Every user error is found before anything runs. A cell whose environment cannot be built gives
-UNRESOLVABLE records for its items and the run goes on. Ctrl-C or SIGTERM stops the items in
-flight and keeps every record already written; a record that cannot be written (a full disk)
-stops the run with exit 2, keeping what was written.
+UNRESOLVABLE records for its items and the run goes on. Ctrl-C, SIGTERM or SIGHUP (a closed
+terminal, a cancelled CI job) stops the items in flight and keeps every record already written,
+and ``run.json`` and the reports say the run was interrupted, and by what; a record that cannot be
+written (a full disk) stops the run with exit 2, keeping what was written.
+
+``run.json`` is written as the run starts and as it ends (interrupted or not), not once a cell:
+each cell's environment is appended to the run directory's ``cells.jsonl`` as it is made ready
+(``RunDir.append_cell``), so a run of ten thousand cells writes ``run.json`` three times.
 """
 
 from __future__ import annotations
@@ -169,11 +174,15 @@ RunEnding = Callable[[Sequence[ItemRecord], RunMeta, bool], Mapping[str, JsonVal
 
 
 class RunInterrupted(Exception):
-    """SIGTERM arrived: stop like on Ctrl-C, keeping what finished."""
+    """SIGTERM or SIGHUP arrived: stop like on Ctrl-C, keeping what finished."""
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise RunInterrupted(signal.Signals(signum).name)
+
+
+#: The signals that stop a run like Ctrl-C: ``kill``, a CI job cancelled, a terminal closed.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def exit_status(records: Sequence[ItemRecord]) -> int:
@@ -208,6 +217,8 @@ class RunSession:
         assert opts.cache_dir is not None
         self.environments = Environments(opts.cache_dir, cache_max_gb=opts.cache_max_gb)
         self.records: list[ItemRecord] = []
+        #: Each cell's environment as this run found it (added to ``run.json`` when it is written).
+        self.cells: dict[str, CellMeta] = {}
         self.interrupted: str | None = None
         self.write_error: str | None = None
         #: The run's metadata as it stands (a new value at each change; written by ``RunDir``).
@@ -219,13 +230,23 @@ class RunSession:
         if self.resume is not None:
             run_dir = RunDir.existing(self.resume)
             meta = run_dir.read_meta(required=True)
-            self.records = run_dir.records()
+            records = run_dir.records()
+            for note in records.duplicates:
+                self._say(f"note: {note}")
+            self.records = list(records)
             self.meta = meta.evolve(resumed_at=[*meta.resumed_at, now()])
             return run_dir, meta.run_id or self.resume.name
         run_id = new_run_id()
         run_dir = RunDir.create(self.opts.out_dir or (self.opts.reports_dir / run_id))
         self.meta = start_meta(self.opts, self.plan, run_id, self.environments, self.argv, kind=self.kind)
         return run_dir, run_id
+
+    def _on_stop_signal(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:
+            # The terminal is gone: writing to it would fail (EIO) before run.json and the reports
+            # say the run was interrupted. They are what is left to read.
+            self.console.quiet = True
+        _on_sigterm(signum, frame)
 
     def _say(self, text: str) -> None:
         self.console.print(plain(text), highlight=False, markup=False)
@@ -251,10 +272,7 @@ class RunSession:
         if swept:
             earlier = self.meta.model_extra.get("swept_at_start", []) if self.meta.model_extra else []
             self.meta = self.meta.evolve(swept_at_start=[*earlier, swept.as_record()])
-            self._say(
-                f"cleaned up after a killed run: {len(swept.processes)} processes, "
-                f"{len(swept.shm_segments)} /dev/shm segments, {len(swept.cgroups)} cgroups"
-            )
+            self._say(swept.describe())
 
     def _execute(self, run_dir: RunDir, run_id: str) -> int:
         done = {r.key for r in self.records}
@@ -271,7 +289,12 @@ class RunSession:
         self._say(f"{verb}{len(todo)} items → {run_dir.path}")
 
         launcher = make_launcher(self.opts.launcher, LauncherContext(log_dir=run_dir.workers_dir))
-        previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
+        previous = {
+            signum: signal.signal(signum, self._on_stop_signal)
+            for signum in STOP_SIGNALS
+            # A run started under ``nohup`` asked to outlive its terminal: SIGHUP stays ignored.
+            if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)
+        }
         # Ctrl-C must interrupt even when the run was started with SIGINT ignored (a
         # background job of a non-interactive shell inherits it ignored).
         previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -286,9 +309,10 @@ class RunSession:
         finally:
             launcher.close()
             for name, info in launcher.describe().items():
-                found = self.meta.cells.get(name) or CellMeta()
-                self.meta = self.meta.with_cell(name, found.model_copy(update={"worker": info}))
-            signal.signal(signal.SIGTERM, previous_term)
+                found = self.cells.get(name) or self.meta.cells.get(name) or CellMeta()
+                self.cells[name] = found.model_copy(update={"worker": info})
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             signal.signal(signal.SIGINT, previous_int)
         return self._finish(run_dir)
 
@@ -350,8 +374,13 @@ class RunSession:
                             self._say(f"{cell_name}: {resolved.env.repaired}")
                     else:
                         self._say(f"{cell_name}: environment unavailable\n{resolved.reason}")
-                    self.meta = self.meta.with_cell(cell_name, cell_meta(cell, resolved))
-                    run_dir.write_meta(self.meta)
+                    self.cells[cell_name] = cell_meta(cell, resolved)
+                    try:
+                        run_dir.append_cell(cell_name, self.cells[cell_name])
+                    except OSError as exc:  # a full disk: stop cleanly, keeping what was written
+                        raise ResultsWriteError(
+                            f"{run_dir.cells_path}: could not be written ({exc.strerror or exc})"
+                        ) from exc
                     dispatch.submit(items, resolved)
                 dispatch.drain()
             except BaseException:
@@ -362,7 +391,11 @@ class RunSession:
 
     def _write_meta(self, run_dir: RunDir) -> None:
         try:
+            if self.cells:
+                self.meta = self.meta.evolve(cells={**self.meta.cells, **self.cells})
+                self.cells = {}
             run_dir.write_meta(self.meta)
+            run_dir.clear_appended_cells()
         except OSError as exc:
             message = f"{run_dir.meta_path}: could not be written ({exc.strerror or exc})"
             self.write_error = "; ".join(filter(None, [self.write_error, message]))

@@ -15,6 +15,7 @@ whole plan and its own part in ``run.json`` for ``merge`` to check.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -59,24 +60,40 @@ def label(cell: str, repro: str, mode: str) -> str:
     return f"{cell}/{repro}/{mode}"
 
 
-def durations_from(reports_dir: Path) -> dict[str, float]:
-    """Each item's ``wall_s`` in the newest record of it among ``reports_dir/*/results.jsonl``."""
+class Durations(dict[str, float]):
+    """Each item's last ``wall_s``, by label; ``skipped``: what was left out of the history it was
+    read from (a file or a line that is not a run's results), one line each, for ``run.json``."""
+
+    def __init__(self, walls: Mapping[str, float] | None = None, skipped: Sequence[str] = ()) -> None:
+        super().__init__(walls or {})
+        self.skipped = list(skipped)
+
+
+def durations_from(reports_dir: Path) -> Durations:
+    """Each item's ``wall_s`` in the newest record of it among ``reports_dir/*/results.jsonl``.
+    Other runs' files are read defensively: a record that is not one (a field of the wrong type,
+    an outcome that does not exist) is left out and named in ``skipped``, never trusted."""
     newest: dict[str, tuple[str, float]] = {}
+    skipped: list[str] = []
     if not reports_dir.is_dir():
-        return {}
+        return Durations()
     for path in sorted(reports_dir.glob(f"*/{RESULTS_FILE}")):
+        if path.parent.name.startswith("."):
+            continue  # a hidden directory is no run (a merge's staging directory)
         try:
-            records = read_results(path)
-        except (OSError, UserError):
+            records = read_results(path, lenient=True)
+        except (OSError, UserError) as exc:
+            skipped.append(exc.line() if isinstance(exc, UserError) else f"{path}: cannot be read ({exc})")
             continue  # a damaged sibling run says nothing about durations
+        skipped.extend(records.skipped)
         for record in records:
             key, wall = record.id.label(), record.wall_s
-            if wall <= 0:  # nothing ran (UNRESOLVABLE, a broken repro): says nothing about time
+            if not math.isfinite(wall) or wall <= 0:  # nothing ran (UNRESOLVABLE...): says nothing about time
                 continue
             when = record.finished_at
             if key not in newest or when >= newest[key][0]:
                 newest[key] = (when, wall)
-    return {key: wall for key, (_, wall) in newest.items()}
+    return Durations({key: wall for key, (_, wall) in newest.items()}, skipped)
 
 
 def weights(labels: Sequence[str], durations: Mapping[str, float]) -> dict[str, float]:
@@ -113,5 +130,6 @@ def shard_meta(
             "reports_dir": str(reports_dir),
             "items_timed": sum(1 for k in all_labels if durations.get(k, 0) > 0),
             "expected_s": round(sum(weights(all_labels, durations)[k] for k in mine), 3),
+            **({"left_out": durations.skipped} if isinstance(durations, Durations) and durations.skipped else {}),
         },
     )

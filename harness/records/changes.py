@@ -15,8 +15,11 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from repros.runtime.outcomes import Outcome
 
 CHANGES_FILE = "changes.json"
 CHANGES_MARKDOWN = "changes.md"
@@ -30,6 +33,7 @@ CHANGED = "changed"
 #: The change did not hold when the item ran again.
 FLAKY = "flaky"
 VERDICTS = (REGRESSED, FIXED_UPSTREAM, CHANGED, FLAKY)
+Verdict = Literal["regressed", "fixed-upstream", "changed", "flaky"]
 
 
 class Culprit(BaseModel):
@@ -49,10 +53,11 @@ class Change(BaseModel):
     cell: str
     repro: str
     mode: str
-    before: str
-    after: str
+    #: Outcomes of the vocabulary: one that does not exist is refused when the file is read.
+    before: Outcome
+    after: Outcome
     moved: dict[str, tuple[str | None, str | None]] = Field(default_factory=dict)
-    verdict: str
+    verdict: Verdict
     culprit: Culprit | None = None
     #: Why the verdict, in words: what ran again, what a bisect found or could not decide.
     reason: str = ""
@@ -89,7 +94,7 @@ def read_changes(run_dir: Path) -> list[Change] | None:
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ChangesFileError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(raw, list):
         raise ChangesFileError(f"{path}: a list of changes expected, found {type(raw).__name__}")

@@ -238,6 +238,15 @@ class ItemRecord(BaseModel):
             return [{"id": g} if isinstance(g, str) else g for g in value]
         return value
 
+    @field_validator("outcome_counts")
+    @classmethod
+    def _counted_outcomes(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        """Each count is of an outcome that exists (a count of anything else is not one of the run's)."""
+        unknown = [k for k in value or {} if k not in Outcome.__members__]
+        if unknown:
+            raise ValueError(f"counts {unknown[0]!r}, which is not an outcome (one of {', '.join(Outcome)})")
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _gather_figures(cls, data: JsonValue) -> JsonValue:

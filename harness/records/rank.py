@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.records.item import AppliedGuard
 
@@ -84,6 +84,13 @@ class RankRecord(_Read):
     wall_s: float | None = None
     #: What the repro recorded (``ctx.facts``).
     facts: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("facts", mode="before")
+    @classmethod
+    def _facts_as_recorded(cls, value: JsonValue) -> JsonValue:
+        """A repro that replaced ``ctx.facts`` with something other than a mapping still ran: its
+        rank's record is read (status, error), and what it recorded is kept, under ``facts``."""
+        return value if isinstance(value, dict) else {"facts": value}
 
     @property
     def train(self) -> TrainFacts | None:

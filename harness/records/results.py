@@ -8,8 +8,11 @@ disk) is undone to the last whole line and raised as ``ResultsWriteError``: the 
 cleanly, keeping what was written.
 
 Reading is strict about what a line is (``harness.records.item.parse_record``): a line that is
-not a record of a known schema makes the file unreadable, with the line number, except a
-torn last line, which a reader skips (its writer may still be appending).
+not a record of a known schema (an outcome that does not exist, a field of the wrong type) makes
+the file unreadable, with the line number and the field, except a torn last line, which a reader
+skips (its writer may still be appending). Readers of other runs' files (the history, the shards'
+balance) read leniently: such a line is left out and named, never trusted. A record that repeats
+an item of the same run (cell, repro, mode, run id) is counted once, the last whole one, and said.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
@@ -122,31 +125,74 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
         yield number, part, last
 
 
-def read_results(path: Path) -> list[ItemRecord]:
-    """Every record in a results file; a torn last line is skipped. Anything else that is
-    not a record raises ``UserError`` naming the file, the line and what is wrong."""
+class Records(list[ItemRecord]):
+    """A results file's records, each item of each run once, and what reading it said.
+
+    ``duplicates``: a line for each record that repeated an earlier one of the same item of the
+    same run (cell, repro, mode, run id): the last whole one is counted, in the first one's place.
+    ``skipped``: a line for each line a lenient reader left out (the history, a shard's balance),
+    naming the line and what is wrong with it.
+    """
+
+    def __init__(self, records: Iterable[ItemRecord] = (), duplicates: Sequence[str] = (), skipped: Sequence[str] = ()):
+        super().__init__(records)
+        self.duplicates = list(duplicates)
+        self.skipped = list(skipped)
+
+
+def _decode(raw: bytes) -> tuple[object, str | None]:
+    """A line's JSON value, or why it has none (a value Python's JSON reader refuses, too deep
+    or a number of too many digits, is not JSON here either)."""
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text"
+    except (ValueError, RecursionError):
+        return None, "is not JSON"
+
+
+def read_results(path: Path, *, lenient: bool = False) -> Records:
+    """Every record in a results file, each item of a run once (the last whole record of it); a
+    torn last line is skipped. Anything else that is not a record raises ``UserError`` naming the
+    file, the line and what is wrong (an outcome that does not exist, a field of the wrong type);
+    with ``lenient``, such a line is left out and named in ``skipped`` instead (another run's
+    file, read for the history or the shards' balance, never stops this run's report)."""
     try:
         lines = list(_lines(path))
     except IsADirectoryError:
         raise UserError(path, "", "is a directory, not a results file", "pass the run's directory") from None
     except OSError as exc:
         raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
-    records: list[ItemRecord] = []
+    found: dict[tuple[str, str, str, str], tuple[int, ItemRecord]] = {}
+    duplicates: list[str] = []
+    skipped: list[str] = []
     for number, raw, last in lines:
         text = raw.strip()
         if not text:
             continue
-        try:
-            value = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value, problem = _decode(text)
+        if problem is not None:
             if last:
                 continue  # a torn last line: its writer died (or is still) mid-write
-            problem = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "is not JSON"
-            raise UserError(
-                path, f"line {number}", f"{problem}", "restore the file from the run, or remove that line"
-            ) from None
+            if lenient:
+                skipped.append(f"{path}: line {number}: {problem}")
+                continue
+            raise UserError(path, f"line {number}", problem, "restore the file from the run, or remove that line")
         try:
-            records.append(parse_record(value))
+            record = parse_record(value)
         except RecordError as exc:
+            if lenient:
+                skipped.append(f"{path}: line {number}: {exc}")
+                continue
             raise UserError(path, f"line {number}", str(exc), "pass the results of an ft-regress run") from None
-    return records
+        key = (record.run_id, *record.key)
+        if key in found:
+            first = found[key][0]
+            duplicates.append(
+                f"{path}: line {number} records {record.id.label()} of run {record.run_id} again "
+                f"(also line {first}): counted once, as line {number} says"
+            )
+            found[key] = (first, record)
+        else:
+            found[key] = (number, record)
+    return Records((record for _, record in found.values()), duplicates, skipped)

@@ -4,6 +4,7 @@
 <run dir>/
   results.jsonl        one record per item (harness/records/results.py)
   run.json             the run: options, provenance, cells, plan (``RunMeta``)
+  cells.jsonl          while a run writes: each cell's environment as it was made ready
   junit.xml, index.html   written by ``harness.reports.finalize`` from the two above
   items/<cell>/<repro>-<mode>/   each item's rank records and logs
   workers/             the cells' pre-imported workers' logs
@@ -13,6 +14,12 @@
 Every command that writes a run directory goes through ``RunDir``: nothing else names these
 files. ``run.json`` is replaced atomically; a run directory holds one run, locked while it is
 written, so a ``--resume`` of a live run, or two runs into one ``--out``, are refused.
+
+A run writes ``run.json`` as it starts and as it ends (an interrupt included), never per cell: a
+run of many cells would rewrite an ever larger file once a cell. Each cell's environment is
+appended to ``cells.jsonl`` instead as it is made ready (one line each), and ``read_meta`` adds
+the cells ``run.json`` does not hold yet from there, so a run killed outright keeps them too; once
+``run.json`` holds every cell the run ends by removing it.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness.core.errors import UserError
-from harness.records.item import ItemId, ItemRecord, validation_problem
-from harness.records.results import RESULTS_FILE, ResultsWriter, read_results
-from harness.records.run_meta import RunMeta
+from harness.records.item import ItemId, validation_problem
+from harness.records.results import RESULTS_FILE, Records, ResultsWriter, read_results
+from harness.records.run_meta import CellMeta, RunMeta
 
 RUN_FILE = "run.json"
+CELLS_FILE = "cells.jsonl"
 LOCK_FILE = ".lock"
 ITEMS_DIR = "items"
 WORKERS_DIR = "workers"
@@ -55,6 +63,10 @@ class RunDir:
     @property
     def meta_path(self) -> Path:
         return self.path / RUN_FILE
+
+    @property
+    def cells_path(self) -> Path:
+        return self.path / CELLS_FILE
 
     @property
     def workers_dir(self) -> Path:
@@ -113,14 +125,53 @@ class RunDir:
             meta = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(self.meta_path, f"line {exc.lineno}", "is not JSON", "restore it from the run") from None
+        except (ValueError, RecursionError):
+            # Nested too deep, or a number of more digits than Python reads.
+            raise UserError(self.meta_path, "", "is not JSON this harness reads", "restore it from the run") from None
         if not isinstance(meta, dict):
             raise UserError(
                 self.meta_path, "", f"is a JSON {type(meta).__name__}, not an object", "restore it from the run"
             )
         try:
-            return RunMeta.model_validate(meta)
+            found = RunMeta.model_validate(meta)
         except ValidationError as exc:
             raise UserError(self.meta_path, "", validation_problem(exc), "restore it from the run") from None
+        appended = {name: cell for name, cell in self.appended_cells().items() if name not in found.cells}
+        return found.evolve(cells={**found.cells, **appended}) if appended else found
+
+    def append_cell(self, name: str, cell: CellMeta) -> None:
+        """Add a cell's environment to ``cells.jsonl`` (a line, written whole and flushed)."""
+        line = json.dumps({"cell": name, "meta": cell.model_dump(mode="json", exclude_unset=True)}, sort_keys=True)
+        with open(self.cells_path, "a", encoding="utf-8") as fh:
+            if fh.tell() and not self._ends_with_newline():
+                fh.write("\n")  # a line cut short by a killed run stays a line of its own, skipped
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.cells_path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) == b"\n"
+
+    def appended_cells(self) -> dict[str, CellMeta]:
+        """The cells in ``cells.jsonl``, the last line of each; a line that is not one is skipped."""
+        try:
+            lines = self.cells_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return {}
+        cells: dict[str, CellMeta] = {}
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                cells[str(entry["cell"])] = CellMeta.model_validate(entry["meta"])
+            except (ValueError, RecursionError, KeyError, TypeError, ValidationError):
+                continue  # a torn or damaged line: run.json, written at the end, has the cells whole
+        return cells
+
+    def clear_appended_cells(self) -> None:
+        """``run.json`` holds every cell now: ``cells.jsonl`` goes."""
+        self.cells_path.unlink(missing_ok=True)
 
     def write_meta(self, meta: RunMeta) -> None:
         """Replace ``run.json`` atomically: the one place it is written."""
@@ -129,8 +180,9 @@ class RunDir:
         os.replace(tmp, self.meta_path)
 
     # -- records -------------------------------------------------------------------------
-    def records(self) -> list[ItemRecord]:
-        return read_results(self.results_path) if self.results_path.exists() else []
+    def records(self) -> Records:
+        """The run's records, each item once (``Records.duplicates`` says where one was repeated)."""
+        return read_results(self.results_path) if self.results_path.exists() else Records()
 
     def writer(self) -> ResultsWriter:
         return ResultsWriter(self.results_path)

@@ -1,14 +1,20 @@
 """The runs beside a run: every sibling directory holding ``run.json`` and
-``results.jsonl``, oldest first, for the report's trend of each item."""
+``results.jsonl``, oldest first, for the report's trend of each item.
+
+Other runs' files are read defensively: each record is validated, and one that is not a record
+of this harness (a field of the wrong type, an outcome that does not exist) is left out and
+named, never trusted, so one damaged run never stops a later run's report; a run whose
+``run.json`` cannot be read is left out whole, and named."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import UserError
 from harness.records.item import ItemRecord
-from harness.records.results import RESULTS_FILE
+from harness.records.results import RESULTS_FILE, Records, read_results
 from harness.records.run_dir import RUN_FILE, RunDir
 
 #: The most runs the history shows (the newest ones, the current run always among them).
@@ -26,16 +32,26 @@ class PastRun:
     current: bool
 
 
-def _load(directory: Path, current: bool) -> tuple[PastRun | None, str]:
-    """A sibling run, or None and why it cannot be read (it is left out of the history, not fatal)."""
+def _load(
+    directory: Path, current: bool, skipped: list[str], known: Sequence[ItemRecord] | None = None
+) -> tuple[PastRun | None, str]:
+    """A sibling run, or None and why it cannot be read (it is left out of the history, not fatal);
+    each of its lines that is not a record is left out and said in ``skipped``. ``known``: its
+    records, where the caller has read them already (the current run's)."""
     run = RunDir(directory)
     try:
-        records = run.records()
+        if known is not None:
+            records = Records(known)
+        elif run.results_path.is_file():
+            records = read_results(run.results_path, lenient=True)
+        else:
+            records = Records()
         meta = run.read_meta()
     except UserError as exc:
         return None, exc.line()
-    except OSError as exc:
-        return None, str(exc)
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, f"cannot be read ({exc})"
+    skipped.extend(records.skipped)
     return PastRun(
         run_id=meta.run_id or directory.name,
         name=directory.name,
@@ -45,24 +61,38 @@ def _load(directory: Path, current: bool) -> tuple[PastRun | None, str]:
     ), ""
 
 
-def load_history(run_dir: Path, limit: int = DEFAULT_LIMIT, skipped: list[str] | None = None) -> list[PastRun]:
+def load_history(
+    run_dir: Path,
+    limit: int = DEFAULT_LIMIT,
+    skipped: list[str] | None = None,
+    current_records: Sequence[ItemRecord] | None = None,
+) -> list[PastRun]:
     """``run_dir`` and the runs beside it, oldest first, at most ``limit`` of them. A sibling
-    that cannot be read is left out, and said in ``skipped`` (one line each) when given."""
+    that cannot be read is left out, and said in ``skipped`` (one line each) when given; so is each
+    line of a sibling's results that is not a record. ``current_records``: ``run_dir``'s records,
+    where the caller holds them (they are not read again)."""
     run_dir = run_dir.resolve()
     runs: list[PastRun] = []
+    left_out: list[str] = []
     try:
         siblings = sorted(p for p in run_dir.parent.iterdir() if p.is_dir())
     except OSError:
         siblings = [run_dir]
     for directory in siblings:
         current = directory == run_dir
-        if not current and not ((directory / RUN_FILE).is_file() and (directory / RESULTS_FILE).is_file()):
+        if not current and (
+            # A hidden directory is no run (a merge's staging directory, a tool's own).
+            directory.name.startswith(".")
+            or not ((directory / RUN_FILE).is_file() and (directory / RESULTS_FILE).is_file())
+        ):
             continue
-        run, why = _load(directory, current)
+        run, why = _load(directory, current, left_out, current_records if current else None)
         if run is not None:
             runs.append(run)
-        elif skipped is not None:
-            skipped.append(f"{directory.name}: {why}")
+        else:
+            left_out.append(f"{directory.name}: {why}")
+    if skipped is not None:
+        skipped.extend(left_out)
     runs.sort(key=lambda r: (r.started_at, r.name))
     if len(runs) > limit:
         older = [r for r in runs[:-limit] if r.current]

@@ -11,9 +11,10 @@ escaped) and the report's own static style and script are inserted as they are.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,7 @@ from markupsafe import Markup
 from harness import __version__
 from harness.records.changes import VERDICTS, Change
 from harness.records.item import ItemRecord, counts_text
+from harness.records.results import Records
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
 from harness.reports.changes_summary import culprit_text, headline, moved_text
 from harness.reports.cost_table import entries as cost_entries
@@ -39,6 +41,9 @@ from repros.runtime.measures import Quantity, measures
 from repros.runtime.outcomes import Outcome
 
 REPORT_FILE = "index.html"
+#: The most items (bars, lines) a plot draws: a plot of thousands is unreadable and takes minutes
+#: to draw; the page's tables hold every item, and the page says where a plot shows the first ones.
+PLOT_ITEMS = 40
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,9 @@ def _matrix(
     keys: list[tuple[str, str, str]] = [r.key for r in records]
     keys += [(e.cell, e.repro, e.mode) for e in excluded]
     # A planned item with no record: the run was interrupted before it (labels are cell/repro/mode).
-    unrun = [(cell, repro, mode) for cell, repro, mode in (p.split("/", 2) for p in planned if p.count("/") >= 2)]
-    keys += [k for k in unrun if k not in set(keys)]
+    seen = set(keys)
+    unrun = {(cell, repro, mode): None for cell, repro, mode in (p.split("/", 2) for p in planned if p.count("/") >= 2)}
+    keys += [k for k in unrun if k not in seen]
     cells = list(dict.fromkeys(k[0] for k in keys))
     rows = list(dict.fromkeys((k[1], k[2]) for k in keys))
     by_key = {r.key: (i, r) for i, r in enumerate(records)}
@@ -163,6 +169,12 @@ def _cell_versions(records: Sequence[ItemRecord], meta: RunMeta) -> list[CellRow
     return [CellRow(cell, found, meta.cells.get(cell)) for cell, found in versions.items()]
 
 
+def _first_items(runs: Sequence[PastRun], keys: Sequence[tuple[str, str, str]]) -> list[PastRun]:
+    """The runs with only the records of ``keys`` (what a plot of the first items draws)."""
+    wanted = set(keys)
+    return [dataclasses.replace(run, records={k: r for k, r in run.records.items() if k in wanted}) for run in runs]
+
+
 def _history(runs: Sequence[PastRun]) -> list[tuple[str, list[ItemRecord | None]]]:
     return [("/".join(key), [run.records.get(key) for run in runs]) for key in history_items(list(runs))]
 
@@ -179,23 +191,53 @@ def render_report(
     history_skipped: Sequence[str] = (),
     changes: Sequence[Change] | None = None,
     changes_problem: str | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The page for ``records`` of the run described by ``meta`` (run.json), with a ``watch``
     run's changes since the previous night where it has them."""
+    return "".join(report_parts(records, meta, history, history_skipped, changes, changes_problem, notes=notes))
+
+
+def report_parts(
+    records: Sequence[ItemRecord],
+    meta: RunMeta,
+    history: Sequence[PastRun] = (),
+    history_skipped: Sequence[str] = (),
+    changes: Sequence[Change] | None = None,
+    changes_problem: str | None = None,
+    *,
+    notes: Sequence[str] = (),
+) -> Iterator[str]:
+    """The page of ``render_report``, in the pieces it is rendered in (written as they come).
+    ``notes``: what reading the run's results said (an item recorded twice, counted once)."""
     cells, table = _matrix(records, meta.excluded, meta.planned, finished=meta.finished_at is not None)
     priced, unpriced = guard_costs(records)
     costs = cost_entries([records]) if any(r.variant for r in records) else []
     grid_cells, grid_rows = grid_table(records) if any(r.scenario for r in records) else ([], [])
     script = _static("report.js")
+    fixed = [r for r in records if r.mode == "fixed"]
+    history_keys = history_items(list(history))
     plots = {
-        "fixed": fixed_trainer_plot(records),
-        "guards": guard_cost_plot(priced),
-        "costs": costs_plot(costs),
-        "history": history_plot(history),
+        "fixed": fixed_trainer_plot(fixed[:PLOT_ITEMS]),
+        "guards": guard_cost_plot(priced[:PLOT_ITEMS]),
+        "costs": costs_plot(costs[:PLOT_ITEMS]),
+        "history": history_plot(_first_items(history, history_keys[:PLOT_ITEMS])),
+    }
+    #: Each plot that shows only the first ``PLOT_ITEMS`` items: how many there are.
+    plots_cut = {
+        name: total
+        for name, total in (
+            ("fixed", len(fixed)),
+            ("guards", len(priced)),
+            ("costs", len(costs)),
+            ("history", len(history_keys)),
+        )
+        if total > PLOT_ITEMS
     }
     template = _environment().get_template("report.html.j2")
-    return template.render(
+    return template.generate(
         run=meta,
+        record_notes=list(notes),
         run_id=meta.run_id or (records[0].run_id if records else "") or "unknown run",
         records=records,
         cells=cells,
@@ -221,6 +263,8 @@ def render_report(
         moved_text=moved_text,
         culprit_text=culprit_text,
         plots={k: Markup(v) if v else None for k, v in plots.items()},
+        plots_cut=plots_cut,
+        plot_items=PLOT_ITEMS,
         verdict=verdict,
         measured=measured,
         counts_text=counts_text,
@@ -234,12 +278,20 @@ def render_report(
 
 
 def write(run: FinishedRun) -> Path:
-    """Render the run's ``index.html``, with the history beside it (a ``finalize`` report writer)."""
+    """Render the run's ``index.html``, with the history beside it (a ``finalize`` report writer).
+    The page is written as it is rendered (never whole in memory) and renamed into place whole."""
     skipped: list[str] = []
-    history = load_history(run.dir.path, skipped=skipped)
-    page = render_report(run.records, run.meta, history, skipped, run.changes, run.changes_problem)
+    history = load_history(run.dir.path, skipped=skipped, current_records=run.records)
+    notes = run.records.duplicates if isinstance(run.records, Records) else []
     path = run.dir.path / REPORT_FILE
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(
+                report_parts(run.records, run.meta, history, skipped, run.changes, run.changes_problem, notes=notes)
+            )
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a page cut short never stays beside the whole one
+        raise
     return path

@@ -150,7 +150,7 @@ def record_line(n: int) -> dict:
     return {
         "schema_version": 1,
         "run_id": "r",
-        "cell": "c",
+        "cell": f"c{n}",
         "repro": "F1",
         "mode": "bug",
         "outcome": "PASS",
