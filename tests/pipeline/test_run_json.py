@@ -108,8 +108,14 @@ def test_a_run_stopped_by_a_signal_is_marked_interrupted_by_it_and_resumes(tmp_p
     matrix = throwaway_run.write_matrix(tmp_path / "matrix.yaml", cells, world_size=1)
     out = tmp_path / "run"
     name = signal.Signals(signum).name
-    with throwaway_run.registered(on_launch=_stop_at("c2", signum)):
-        assert throwaway_run.run(matrix, out, tmp_path / "cache") == 130
+    # The run as started from a terminal: SIGHUP not ignored, whatever this test process inherited
+    # (under ``nohup`` it is ignored, and then the run rightly goes on; see the test below).
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with throwaway_run.registered(on_launch=_stop_at("c2", signum)):
+            assert throwaway_run.run(matrix, out, tmp_path / "cache") == 130
+    finally:
+        signal.signal(signal.SIGHUP, previous)
     written = json.loads((out / "run.json").read_text())
     assert written["interrupted"] == name and written["finished_at"]
     assert [r.cell for r in RunDir(out).records()] == ["c0", "c1"]
