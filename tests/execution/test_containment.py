@@ -243,7 +243,7 @@ def test_an_interrupt_kills_every_item_in_flight_with_its_daemons(
 ) -> None:
     import threading
 
-    from harness.execution.launchers import kill_in_flight
+    from harness.execution.launchers import groups_in_flight, kill_in_flight
 
     _no_cgroups(monkeypatch)  # the harder case: no cgroup to kill them by
     env = request.getfixturevalue("fake_torchrun")
@@ -263,6 +263,10 @@ def test_an_interrupt_kills_every_item_in_flight_with_its_daemons(
         records = [r for r in (json.loads(p.read_text()) if p.exists() else {} for p in paths) if r.get("facts")]
         time.sleep(0.2)
     assert len(records) == 2, "the hanging item never started"
+    # The ranks can write before the launching thread has taken the worker's "started" (a loaded
+    # machine): the interrupt under test is one that comes once the orchestrator knows the item.
+    while time.monotonic() < deadline and not groups_in_flight():
+        time.sleep(0.05)
     assert kill_in_flight()
     thread.join(60)
     pids = [r["facts"]["daemon"] for r in records] + [r["pid"] for r in records]

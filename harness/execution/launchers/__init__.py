@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from harness.execution.launchers.base import Launcher, LauncherContext, LaunchRequest
 from harness.execution.launchers.result import LaunchResult
-from harness.execution.launchers.supervision import kill_in_flight
+from harness.execution.launchers.supervision import groups_in_flight, kill_in_flight
 from harness.execution.launchers.torchrun import TorchrunLauncher
 from harness.execution.launchers.worker import WorkerLauncher
 
@@ -40,6 +40,7 @@ __all__ = [
     "Launcher",
     "LauncherContext",
     "default_launcher",
+    "groups_in_flight",
     "kill_in_flight",
     "make_launcher",
 ]

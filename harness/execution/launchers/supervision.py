@@ -206,6 +206,12 @@ def untrack_in_flight(pgid: int) -> None:
         _in_flight.discard(pgid)
 
 
+def groups_in_flight() -> list[int]:
+    """The process groups of the items this process has started and not yet ended."""
+    with _in_flight_lock:
+        return sorted(_in_flight)
+
+
 def kill_in_flight() -> list[int]:
     """SIGKILL every item running now: each one's descendants, then its process group (its first
     process, the subreaper, last); return the groups signalled."""
