@@ -267,6 +267,7 @@ def test_an_interrupt_kills_every_item_in_flight_with_its_daemons(
     # machine): the interrupt under test is one that comes once the orchestrator knows the item.
     while time.monotonic() < deadline and not groups_in_flight():
         time.sleep(0.05)
+    assert groups_in_flight(), "the orchestrator never learnt that the item started"
     assert kill_in_flight()
     thread.join(60)
     pids = [r["facts"]["daemon"] for r in records] + [r["pid"] for r in records]

@@ -214,13 +214,15 @@ def groups_in_flight() -> list[int]:
 
 def kill_in_flight() -> list[int]:
     """SIGKILL every item running now: each one's descendants, then its process group (its first
-    process, the subreaper, last); return the groups signalled."""
+    process, the subreaper, last); return the groups stopped (descendants or group signalled)."""
     with _in_flight_lock:
         groups = sorted(_in_flight)
     signalled = []
     for pgid in groups:
-        kill_descendants(pgid)
-        if signal_group(pgid, signal.SIGKILL):
+        # A leader whose processes were all killed may exit before its group is signalled: the
+        # group was still stopped by this call.
+        killed = kill_descendants(pgid)
+        if signal_group(pgid, signal.SIGKILL) or killed:
             signalled.append(pgid)
     return signalled
 
