@@ -234,5 +234,9 @@ def classify_scenario(own: ReproSpec | None, launch: LaunchResult, known: Sequen
     ended = _ended_without_record(launch)
     if ended is not None:
         return ended
+    if own is not None and own.pass_rule == "clean-exit":
+        # As ``classify``: a repro that records no fixed-trainer facts (F18 trains with TRL's own
+        # trainer) passes by running to its end on every rank.
+        return Observation(PASS, reasons=("every rank ran the script to its end",))
     problems = judge_training([rec for rec in launch.records.values() if rec is not None])
     return Observation(PASS) if not problems else Observation(Outcome.SILENT_FAILURE, reasons=tuple(problems))

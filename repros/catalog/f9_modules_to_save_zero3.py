@@ -20,10 +20,10 @@ fixed: the same scenario through the fixed trainer's guards (``zero3-gathered-sa
        < 0.19.3 ``zero2-for-modules-to-save`` instead, see below).
 
 On deepspeed 0.18.0 and 0.19.2 the first backward fails before anything is saved:
-``AttributeError: 'Linear' object has no attribute 'ds_grads_remaining'`` (DeepSpeed#7615, which
-saw it from 0.17.x; 0.19.3 trains), with or without ``zero.Init``: ZeRO-3 cannot train
-``modules_to_save`` there at all, so the bug mode is a ``DIFFERENT_ERROR`` and the fixed trainer
-trains under ZeRO-2.
+``AttributeError: 'Linear' object has no attribute 'ds_grads_remaining'`` (F13, DeepSpeed#7615,
+from 0.16.5 on; 0.19.3 trains), with or without ``zero.Init``: ZeRO-3 cannot train
+``modules_to_save`` there at all, so the bug mode is a ``DIFFERENT_ERROR`` (F13's signature) and the
+fixed trainer trains under ZeRO-2.
 
 Float32: under bf16, DeepSpeed 0.19.x leaves a model built inside ``zero.Init`` in its loaded
 dtype for the LoRA weights created afterwards (float32) while the ``modules_to_save`` copies are
@@ -71,7 +71,7 @@ SPEC = ReproSpec(
         "huggingface/peft#2450",
         "huggingface/peft PR #2456 (fix, 0.15.1)",
         "huggingface/peft PR #1450 (an older ZeRO-3 + zero.Init modules_to_save crash in training, not this one)",
-        "deepspeedai/DeepSpeed#7615 (ZeRO-3 cannot train modules_to_save on 0.17.x .. 0.19.2: a near-miss)",
+        "deepspeedai/DeepSpeed#7615 (ZeRO-3 cannot train modules_to_save on 0.16.5 .. 0.19.2: F13, a near-miss)",
     ),
     signatures=(
         Signature(
@@ -88,7 +88,7 @@ SPEC = ReproSpec(
             Outcome.DIFFERENT_ERROR,
             {"deepspeed": "<0.19.3"},
             established_by=_ESTABLISHED,
-            note="DeepSpeed#7615 first: ZeRO-3 cannot train modules_to_save on these releases "
+            note="F13 first (DeepSpeed#7615): ZeRO-3 cannot train modules_to_save on these releases "
             "('Linear' object has no attribute 'ds_grads_remaining'), so nothing is saved",
         ),
         Expectation("bug", Outcome.REPRODUCED, {"peft": "==0.15.0"}, established_by=_ESTABLISHED),

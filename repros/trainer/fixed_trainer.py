@@ -90,6 +90,10 @@ class _DeepSpeedEngine(_Engine):
         import torch
 
         super().__init__(scenario, ctx, model)
+        if scenario.zero3_moe_leaf_modules:
+            from repros.trainer.moe import mark_moe_blocks_leaf
+
+            mark_moe_blocks_leaf(model)
         # A torch optimizer as the client optimizer: no fused/cpu Adam JIT build.
         optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self.wrapped, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(scenario))
@@ -155,11 +159,19 @@ class _FSDP2Engine(_AutocastEngine):
 
         super().__init__(scenario, ctx, model)
         model.to(ctx.device)
+        if scenario.fsdp2_broadcast_from_rank0:
+            from repros.trainer.fsdp_loading import full_state_on_rank0
+
+            full_state = full_state_on_rank0(model, ctx.rank)
         policy = mixed_precision_policy(torch.bfloat16) if scenario.bf16 else None
         for layer in _decoder_layers(model):
             fully_shard(layer, **({"mp_policy": policy} if policy else {}))
         root_policy = policy if scenario.fsdp_root_mixed_precision else None
         fully_shard(model, **({"mp_policy": root_policy} if root_policy else {}))
+        if scenario.fsdp2_broadcast_from_rank0:
+            from repros.trainer.fsdp_loading import broadcast_from_rank0
+
+            broadcast_from_rank0(model, full_state)
         self.wrapped = model
         self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
         self._autocast = scenario.bf16
@@ -242,7 +254,17 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
         from repros.trainer.zero3_gathers import gather_handles_wait_once
 
         gather_handles_wait_once()
-    if not (effective.save_adapter or effective.zero_init or effective.trainer_loop == "hf"):
+    if effective.zero3_no_kernel_func_children:
+        from repros.trainer.kernel_funcs import drop_kernel_func_children
+
+        drop_kernel_func_children()
+    if not (
+        effective.save_adapter
+        or effective.zero_init
+        or effective.trainer_loop == "hf"
+        or effective.fsdp_cpu_ram_efficient_loading
+        or effective.fsdp2_trainer_adapter_checkpoint
+    ):
         return _train_own(effective, ctx)
     with adapter_io.shared_workdir() as work:
         base_dir = adapter_io.save_base_checkpoint(work)
@@ -251,10 +273,18 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
         elif effective.zero_init:
             with adapter_io.zero_init(deepspeed_config(effective)):
                 trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+        elif effective.fsdp_cpu_ram_efficient_loading:
+            from repros.trainer.fsdp_loading import load_base_ram_efficient
+
+            trained = _train_own(effective, ctx, base=load_base_ram_efficient(base_dir, ctx.facts))
         else:
             trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
         if effective.save_adapter:
             adapter_io.save_and_check(trained, effective, ctx, work, base_dir)
+        if effective.fsdp2_trainer_adapter_checkpoint:
+            from repros.trainer.fsdp_adapter_save import save_and_check
+
+            save_and_check(trained.model, work, ctx.rank, effective.fsdp2_adapter_full_state_dict, ctx.facts)
         adapter_io.forget_zero_init()
         if dist_initialized():
             import torch.distributed as dist

@@ -25,6 +25,14 @@ Guards (each recorded by id, with its reason, in the result):
 - ``fsdp-uniform-dtypes``: under FSDP mixed precision, float32 tensors entering a
   checkpointed, bf16 layer are recomputed in another dtype on torch without the recompute
   cast fix (F2); put the root module under the same mixed-precision policy as the layers.
+- ``fsdp2-broadcast-rank0-weights``: under FSDP's ``cpu_ram_efficient_loading`` transformers
+  loads the checkpoint on rank 0 only and leaves the other ranks placeholders (uninitialized
+  memory on 4.x and 5.4-5.5, NaN among it: F15); after ``fully_shard``, broadcast rank 0's full
+  state dict into every rank's shards (accelerate's ``fsdp2_load_full_state_dict``).
+- ``fsdp2-adapter-full-state-dict``: accelerate before 1.15.0 checkpoints an FSDP2 adapter as
+  transformers' ``Trainer`` asks (``FULL_STATE_DICT``, ``adapter_only=True``) from PEFT's state
+  dict of DTensors, so rank 0 writes only its own shard of each tensor (F16, accelerate PR #4206);
+  gather the full tensors with torch's ``get_model_state_dict`` and write them on rank 0.
 - ``peft-model-wrap``: a quantized HF model with an adapter added by ``add_adapter`` goes to
   the engine as a raw HF model, whose ``.to`` transformers refuses (F3); wrap it in a
   ``PeftModel`` instead.
@@ -34,10 +42,20 @@ Guards (each recorded by id, with its reason, in the result):
 - ``merge-before-sync``: an inference engine's name-based loader rejects PEFT's parameter
   names (F4); merge the adapters into the base (dequantizing first when quantized), load
   strictly, and check the logits against the trained model.
-- ``zero2-for-modules-to-save``: DeepSpeed before 0.19.3 cannot train PEFT ``modules_to_save``
+- ``zero2-for-modules-to-save``: DeepSpeed 0.16.5 .. 0.19.2 cannot train PEFT ``modules_to_save``
   under ZeRO-3 at all ("'Linear' object has no attribute 'ds_grads_remaining'" in the first
-  backward, DeepSpeed#7615; seen here on 0.18.0 and 0.19.2, not on 0.19.3); use ZeRO-2, which keeps
-  every parameter whole on every rank (more memory per rank).
+  forward, F13, DeepSpeed#7203/#7615, fixed by PR #8144 in 0.19.3); use ZeRO-2, which keeps every
+  parameter whole on every rank (more memory per rank).
+- ``zero3-adapters-in-base-dtype``: DeepSpeed 0.19.2 no longer casts a model ZeRO-3 partitioned as it
+  loaded (``zero.Init``) to bf16, so PEFT's float32 adapters sit beside the bf16 base among the
+  persistent parameters, and the coalesced all-gather after the optimizer step allocates every output
+  in the first one's dtype (F12, DeepSpeed#8072, fixed by PR #8073 in 0.19.3): create the adapters in
+  the base model's dtype (``get_peft_model(..., autocast_adapter_dtype=False)``, TRL PR #6091).
+- ``zero3-moe-leaf-modules``: under ZeRO-3 an MoE block whose experts are modules of their own
+  (transformers 4.x) gathers only the experts its rank's tokens reach; ranks that route differently
+  issue different all-gathers and hang (F21, DeepSpeed#4808); mark the MoE blocks leaf modules
+  (``deepspeed.utils.set_z3_leaf_modules``), as DeepSpeed itself does for Mixtral and Qwen2/3-MoE from
+  0.18.0 on (PR #7604).
 - ``zero3-wait-every-gather``: DeepSpeed before 0.19.8 waits only on the last of the async
   all-gathers of a coalesced ZeRO-3 parameter gather; on gloo they run unordered on threads of
   their own, so a parameter can be read before its gather arrived (F17, DeepSpeed PR #8539): wait
@@ -47,12 +65,26 @@ Guards (each recorded by id, with its reason, in the result):
   registers one gather handle under every parameter of a prefetch and waits it once per parameter;
   a late wait marks a parameter already released AVAILABLE, and the next forward multiplies with an
   empty weight (F22, DeepSpeed#8486): make a handle's second wait do nothing (PR #8487).
+- ``zero3-no-shared-rotary-fn``: transformers 5.0 .. 5.5.3 with the ``kernels`` package wrap
+  ``apply_rotary_pos_emb`` in one ``nn.Module`` and attach it to every attention module of every model
+  as ``rotary_fn``; under ZeRO-3 a policy's and a reference model's engines (TRL's GRPO/RLOO with
+  ``beta > 0``) both register that one module, and on DeepSpeed before its trace fixes the policy's
+  trace pops an empty deque (F18, TRL#4899): leave the child out, as transformers PR #45414 (5.5.4)
+  does under ZeRO-3.
 - ``zero3-gathered-save``: under ZeRO-3 every rank holds a shard of each parameter; a save that
   does not gather them writes an empty adapter (transformers < 5's ``Trainer.save_model`` without
   ``stage3_gather_16bit_weights_on_model_save``) or ``[0]``-shaped tensors (``save_pretrained`` on
   rank 0) (F7), and peft 0.15.0 reads ``modules_to_save`` from the module itself even when handed
   a gathered state dict (F9); save inside ``deepspeed.zero.GatheredParameters`` of the trainable
   parameters instead.
+- ``drop-empty-param-groups``: transformers before 5.1.0 builds the ``Trainer``'s own scheduler
+  (none in the DeepSpeed config) on its optimizer's two parameter groups before DeepSpeed drops the
+  empty no-decay group of a LoRA model; torch >= 2.10's strict ``zip`` in ``LRScheduler`` raises at
+  step 1 (F11, transformers PR #43711): drop the empty groups before the scheduler is built.
+- ``ds-config-auto``: a DeepSpeed config that leaves out a value the ``TrainingArguments`` set too
+  (gradient accumulation, micro batch, clipping, the scheduler's peak learning rate) trains with
+  DeepSpeed's or accelerate's default, and nothing says so (F20; an explicit conflicting value is
+  refused by transformers): write every shared value as ``"auto"``.
 - ``resize-before-zero3-init``: transformers 4.43.0 .. 4.43.3 resizes the token embeddings of a
   model ZeRO-3 partitioned as it loaded (``zero.Init``) into an embedding whose partitioned shape
   keeps the old vocabulary (and ``config.vocab_size`` 0 with ``pad_to_multiple_of``) (F10); load
@@ -74,8 +106,22 @@ from repros.trainer.scenario import Scenario
 #: frozen params"). Established by running F1 (see repros/catalog/f1_zero3_frozen_ckpt.py).
 DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
 #: First DeepSpeed release seen training PEFT modules_to_save under ZeRO-3 (0.18.0 and 0.19.2 fail
-#: with DeepSpeed#7615's AttributeError). Established by running F9 (repros/catalog/f9_modules_to_save_zero3.py).
+#: with DeepSpeed#7615's AttributeError). Established by running F9 (repros/catalog/f9_modules_to_save_zero3.py)
+#: and bisected by F13 (repros/catalog/f13_zero3_modules_to_save_ds_grads_remaining.py).
 DEEPSPEED_Z3_MODULES_TO_SAVE_FIX = Version("0.19.3")
+#: First DeepSpeed release that fails to train modules_to_save under ZeRO-3 (PR #7062). Bisected by F13.
+DEEPSPEED_Z3_MODULES_TO_SAVE_BROKEN = Version("0.16.5")
+#: DeepSpeed releases whose ZeRO-3 coalesced gather allocates every output in the first parameter's
+#: dtype while a zero.Init model keeps its float32 adapters (PR #8066 .. PR #8073). Bisected by F12
+#: (repros/catalog/f12_zero3_mixed_dtype_gather.py).
+DEEPSPEED_Z3_MIXED_DTYPE_GATHER_BROKEN = (Version("0.19.2"), Version("0.19.3"))
+#: The first peft with ``get_peft_model(..., autocast_adapter_dtype=...)``.
+PEFT_AUTOCAST_ADAPTER_DTYPE = Version("0.12.0")
+#: First DeepSpeed release that makes Mixtral's and Qwen2/3-MoE's MoE blocks ZeRO-3 leaf modules by
+#: default (PR #7604). Bisected by F21 (repros/catalog/f21_zero3_moe_routing_hang.py).
+DEEPSPEED_Z3_MOE_DEFAULT_LEAF = Version("0.18.0")
+#: transformers 5 keeps each MoE layer's experts in one module (fused 3D weights): gathered whole.
+TRANSFORMERS_FUSED_EXPERTS = Version("5.0.0.dev0")
 #: transformers 5 made non-reentrant checkpointing the default (4.x checkpointed reentrantly).
 TRANSFORMERS_NON_REENTRANT_DEFAULT = Version("5.0.0.dev0")
 #: transformers releases whose resize_token_embeddings breaks under zero.Init (F10: from PR #31979
@@ -87,10 +133,19 @@ DEEPSPEED_Z3_GATHER_WAIT_FIX = Version("0.19.8")
 #: First DeepSpeed release whose single-parameter gather handles wait once (PR #8487).
 #: Established by running F22 (see repros/catalog/f22_zero3_sequential_handle_rewait.py).
 DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX = Version("0.19.7")
+#: First transformers release that builds the Trainer's own scheduler after DeepSpeed has taken the
+#: optimizer (PR #43711). Established by running F11 (see repros/catalog/f11_trainer_scheduler_param_groups.py).
+TRANSFORMERS_SCHEDULER_AFTER_PREPARE = Version("5.1.0")
+#: transformers 5.0 .. 5.5.3 attach one shared ``rotary_fn`` module to every attention module (with the
+#: ``kernels`` package installed); PR #45414 (5.5.4) leaves it out under ZeRO-3 (F18, TRL#4899).
+TRANSFORMERS_Z3_KERNEL_FUNC_CHILD = (Version("5.0.0.dev0"), Version("5.5.4"))
+#: First accelerate release whose FSDP2 ``FULL_STATE_DICT`` adapter-only save gathers the adapter's full
+#: tensors (PR #4206). Established by running F16 (see repros/catalog/f16_fsdp2_adapter_only_rank0_shard.py).
+ACCELERATE_FSDP2_ADAPTER_FULL_SAVE = Version("1.15.0")
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
-GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes")
+GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes", "accelerate")
 
 
 @dataclass(frozen=True)
@@ -183,6 +238,39 @@ def _zero3_resize_affected(s: Scenario, v: Versions) -> bool:
     )
 
 
+def _zero3_mixed_dtype_gather(s: Scenario, v: Versions) -> bool:
+    deepspeed, peft = v.get("deepspeed"), v.get("peft")
+    low, high = DEEPSPEED_Z3_MIXED_DTYPE_GATHER_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.bf16
+        and s.zero_init
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.quantization
+        and s.peft_autocast_adapter_dtype
+        and deepspeed is not None
+        and low <= deepspeed < high
+        and peft is not None
+        and peft >= PEFT_AUTOCAST_ADAPTER_DTYPE
+    )
+
+
+def _zero3_moe_routing_diverges(s: Scenario, v: Versions) -> bool:
+    deepspeed, transformers = v.get("deepspeed"), v.get("transformers")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.moe_experts > 0
+        and not s.zero3_moe_leaf_modules
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_MOE_DEFAULT_LEAF
+        and transformers is not None
+        and transformers < TRANSFORMERS_FUSED_EXPERTS
+    )
+
+
 def _zero3_gather_race(s: Scenario, v: Versions) -> bool:
     deepspeed = v.get("deepspeed")
     return (
@@ -203,6 +291,18 @@ def _zero3_handle_rewait(s: Scenario, v: Versions) -> bool:
         and not s.zero3_handles_wait_once
         and deepspeed is not None
         and deepspeed < DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX
+    )
+
+
+def _zero3_shared_kernel_func(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_Z3_KERNEL_FUNC_CHILD
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and not s.zero3_no_kernel_func_children
+        and transformers is not None
+        and low <= transformers < high
     )
 
 
@@ -258,6 +358,33 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda v: "float32 tensors entering a checkpointed bf16 FSDP layer may be recomputed in another dtype (F2)",
     ),
     GuardRule(
+        "fsdp2-broadcast-rank0-weights",
+        "F15",
+        lambda s, v: s.engine == "fsdp2" and s.fsdp_cpu_ram_efficient_loading and not s.fsdp2_broadcast_from_rank0,
+        {"fsdp2_broadcast_from_rank0": True},
+        lambda v: (
+            f"transformers {v.get('transformers')} loads a cpu_ram_efficient_loading checkpoint on rank 0 only; the "
+            "other ranks hold placeholders (uninitialized memory, NaN, on 4.x and 5.4-5.5: F15) until rank 0 "
+            "broadcasts: broadcast after sharding, as accelerate's fsdp2_load_full_state_dict does"
+        ),
+    ),
+    GuardRule(
+        "fsdp2-adapter-full-state-dict",
+        "F16",
+        lambda s, v: (
+            s.engine == "fsdp2"
+            and s.fsdp2_trainer_adapter_checkpoint
+            and not s.fsdp2_adapter_full_state_dict
+            and (accelerate := v.get("accelerate")) is not None
+            and accelerate < ACCELERATE_FSDP2_ADAPTER_FULL_SAVE
+        ),
+        {"fsdp2_adapter_full_state_dict": True},
+        lambda v: (
+            f"accelerate {v.get('accelerate')} < {ACCELERATE_FSDP2_ADAPTER_FULL_SAVE} saves an FSDP2 adapter "
+            "(FULL_STATE_DICT, adapter_only) from PEFT's DTensors: rank 0's shard only (F16, accelerate PR #4206)"
+        ),
+    ),
+    GuardRule(
         "peft-model-wrap",
         "F3",
         lambda s, v: bool(s.quantization) and s.peft_wrapping != "peft_model",
@@ -283,19 +410,40 @@ GUARDS: tuple[GuardRule, ...] = (
     ),
     GuardRule(
         "zero2-for-modules-to-save",
-        "",
+        "F13",
         lambda s, v: (
             s.engine == "deepspeed"
             and s.zero_stage == 3
             and bool(s.modules_to_save)
             and (deepspeed := v.get("deepspeed")) is not None
-            and deepspeed < DEEPSPEED_Z3_MODULES_TO_SAVE_FIX
+            and DEEPSPEED_Z3_MODULES_TO_SAVE_BROKEN <= deepspeed < DEEPSPEED_Z3_MODULES_TO_SAVE_FIX
         ),
         {"zero_stage": 2},
         lambda v: (
-            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MODULES_TO_SAVE_FIX} cannot train modules_to_save "
-            "under ZeRO-3 "
-            "('ds_grads_remaining', DeepSpeed#7615)"
+            f"deepspeed {v.get('deepspeed')} (>= {DEEPSPEED_Z3_MODULES_TO_SAVE_BROKEN}, "
+            f"< {DEEPSPEED_Z3_MODULES_TO_SAVE_FIX}) cannot train modules_to_save under ZeRO-3 "
+            "('ds_grads_remaining', F13, DeepSpeed#7615)"
+        ),
+    ),
+    GuardRule(
+        "zero3-adapters-in-base-dtype",
+        "F12",
+        _zero3_mixed_dtype_gather,
+        {"peft_autocast_adapter_dtype": False},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} gathers ZeRO-3 persistent parameters into buffers of the first one's "
+            "dtype, and keeps a zero.Init model's float32 adapters beside its bf16 base (F12, DeepSpeed#8072)"
+        ),
+    ),
+    GuardRule(
+        "zero3-moe-leaf-modules",
+        "F21",
+        _zero3_moe_routing_diverges,
+        {"zero3_moe_leaf_modules": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MOE_DEFAULT_LEAF} with transformers "
+            f"{v.get('transformers')} gathers only the experts a rank's tokens reach: ranks that route "
+            "differently hang (F21, DeepSpeed#4808)"
         ),
     ),
     GuardRule(
@@ -308,6 +456,17 @@ GUARDS: tuple[GuardRule, ...] = (
             "a coalesced ZeRO-3 gather; on gloo the others may not have arrived (F17, DeepSpeed PR #8539)"
         ),
         every_mode=True,
+    ),
+    GuardRule(
+        "zero3-no-shared-rotary-fn",
+        "F18",
+        _zero3_shared_kernel_func,
+        {"zero3_no_kernel_func_children": True},
+        lambda v: (
+            f"transformers {v.get('transformers')} (< {TRANSFORMERS_Z3_KERNEL_FUNC_CHILD[1]}) gives every model's "
+            "attention one shared rotary_fn module; a policy's and a reference model's ZeRO-3 engines both "
+            "register it and a trace breaks ('pop from an empty deque', F18, TRL#4899, transformers PR #45414)"
+        ),
     ),
     GuardRule(
         "zero3-gather-handles-wait-once",
@@ -327,6 +486,34 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda v: (
             "a ZeRO-3 save that does not gather the parameters writes empty or [0]-shaped adapters (F7; "
             "peft 0.15.0's modules_to_save, F9)"
+        ),
+    ),
+    GuardRule(
+        "drop-empty-param-groups",
+        "F11",
+        lambda s, v: (
+            s.engine == "deepspeed"
+            and s.trainer_loop == "hf"
+            and not s.deepspeed_scheduler
+            and not s.drop_empty_param_groups
+            and (transformers := v.get("transformers")) is not None
+            and transformers < TRANSFORMERS_SCHEDULER_AFTER_PREPARE
+        ),
+        {"drop_empty_param_groups": True},
+        lambda v: (
+            f"transformers {v.get('transformers')} < {TRANSFORMERS_SCHEDULER_AFTER_PREPARE} builds its scheduler "
+            "before DeepSpeed drops the empty no-decay group of a LoRA model; torch >= 2.10's strict zip then "
+            "raises (F11, transformers PR #43711)"
+        ),
+    ),
+    GuardRule(
+        "ds-config-auto",
+        "F20",
+        lambda s, v: s.engine == "deepspeed" and s.trainer_loop == "hf" and bool(s.ds_config_omits),
+        {"ds_config_omits": ()},
+        lambda v: (
+            "a DeepSpeed config that leaves out a value the TrainingArguments also set trains with DeepSpeed's "
+            "default, silently (F20); write every shared value as 'auto'"
         ),
     ),
     GuardRule(

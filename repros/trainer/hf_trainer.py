@@ -38,7 +38,9 @@ def trainer_deepspeed_config(scenario: Scenario) -> dict[str, Any]:
 
     The scheduler matters on transformers 4.57 with torch 2.13: without one the Trainer builds a
     torch ``LambdaLR`` over its two parameter groups, DeepSpeed drops the empty no-decay group of a
-    LoRA model in place, and torch's strict zip in ``LRScheduler`` raises at step 1."""
+    LoRA model in place, and torch's strict zip in ``LRScheduler`` raises at step 1 (F11;
+    ``Scenario.deepspeed_scheduler`` False leaves the scheduler out as users do). Keys in
+    ``Scenario.ds_config_omits`` are left out, as a user's own config may (F20)."""
     zero: dict[str, Any] = {"stage": scenario.zero_stage}
     if scenario.zero3_persistence_threshold is not None:
         zero["stage3_param_persistence_threshold"] = scenario.zero3_persistence_threshold
@@ -46,16 +48,53 @@ def trainer_deepspeed_config(scenario: Scenario) -> dict[str, Any]:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     if scenario.zero3_allgather_sequential:
         zero["stage3_allgather_sequential"] = True
-    return {
+    config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
         "bf16": {"enabled": "auto"},
         "zero_optimization": zero,
-        "scheduler": {
+        "steps_per_print": 10**9,
+    }
+    if scenario.deepspeed_scheduler:
+        config["scheduler"] = {
             "type": "WarmupLR",
             "params": {"warmup_min_lr": 0, "warmup_max_lr": "auto", "warmup_num_steps": "auto"},
+        }
+    for key in scenario.ds_config_omits:
+        *parents, leaf = key.split(".")
+        node: Any = config
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return config
+
+
+def deepspeed_settings(trainer: Any) -> dict[str, Any]:
+    """What the DeepSpeed engine the Trainer trained with actually used, beside what the
+    ``TrainingArguments`` asked for (F20 compares them)."""
+    engine = trainer.model_wrapped
+    args = trainer.args
+    scheduler = getattr(engine, "lr_scheduler", None)
+    max_lrs = getattr(scheduler, "max_lrs", None)
+    return {
+        "used": {
+            "train_micro_batch_size_per_gpu": int(engine.train_micro_batch_size_per_gpu()),
+            "gradient_accumulation_steps": int(engine.gradient_accumulation_steps()),
+            "gradient_clipping": float(engine.gradient_clipping()),
+            # The peak learning rate of DeepSpeed's own scheduler (None: the Trainer's scheduler runs).
+            "peak_lr": float(max(max_lrs)) if max_lrs else None,
         },
-        "steps_per_print": 10**9,
+        "asked": {
+            "train_micro_batch_size_per_gpu": int(args.per_device_train_batch_size),
+            "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
+            "gradient_clipping": float(args.max_grad_norm),
+            "peak_lr": float(args.learning_rate),
+        },
+        "scheduler": type(scheduler).__name__ if scheduler is not None else type(trainer.lr_scheduler).__name__,
+        "optimizer_steps": int(getattr(engine, "global_steps", 0)),
+        "trainer_steps": int(trainer.state.global_step),
     }
 
 
@@ -131,6 +170,7 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
         output_dir=str(work / "trainer"),
         per_device_train_batch_size=batch_size,
         max_steps=ctx.steps,
+        gradient_accumulation_steps=scenario.gradient_accumulation_steps,
         # WarmupLR needs at least one warm-up step ("warmup_num_steps must be a positive integer").
         warmup_steps=1,
         learning_rate=scenario.learning_rate,
@@ -150,7 +190,7 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
 
     class _FixedBatch(Dataset):
         def __len__(self) -> int:
-            return ctx.steps * batch_size
+            return ctx.steps * batch_size * scenario.gradient_accumulation_steps
 
         def __getitem__(self, i: int) -> dict[str, Any]:
             row = batch[i % batch_size]
@@ -164,6 +204,14 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
     class _Measured(Trainer):
         def get_train_dataloader(self) -> Any:
             return DataLoader(_FixedBatch(), batch_size=batch_size, shuffle=False)
+
+        def create_optimizer(self, *a: Any, **kw: Any) -> Any:
+            optimizer = super().create_optimizer(*a, **kw)
+            if scenario.drop_empty_param_groups:
+                # What DeepSpeed does to the optimizer it is given, done before the Trainer builds
+                # its scheduler on it (F11).
+                optimizer.param_groups[:] = [g for g in optimizer.param_groups if len(g["params"]) > 0]
+            return optimizer
 
         def compute_loss(self, *a: Any, **kw: Any) -> Any:
             loss = super().compute_loss(*a, **kw)
@@ -193,6 +241,7 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
         trainer.train()
     finally:
         probe.remove()
+    ctx.facts["deepspeed_settings"] = deepspeed_settings(trainer)
 
     before, after = snapshots.get("before", {}), snapshots.get("after", {})
     ctx.facts["train"] = {

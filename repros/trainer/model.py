@@ -22,6 +22,10 @@ def build_model(scenario: Scenario, base: Any = None) -> Any:
         from repros.trainer.quantized import load_quantized_tiny_qwen2
 
         model = load_quantized_tiny_qwen2(scenario.quantization, no_repack=scenario.bnb_no_repack)
+    elif scenario.moe_experts:
+        from repros.trainer.tiny_models import tiny_mixtral
+
+        model = tiny_mixtral(scenario.moe_experts)
     else:
         model = tiny_qwen2()
     if scenario.use_cache is not None:
@@ -79,6 +83,8 @@ def _attach_peft_adapter(model: Any, scenario: Scenario) -> Any:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    if not scenario.peft_autocast_adapter_dtype:
+        return get_peft_model(model, lora, autocast_adapter_dtype=False)
     return get_peft_model(model, lora)
 
 
@@ -107,6 +113,10 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
         "zero_init": scenario.zero_init,
         "added_tokens": scenario.add_tokens,
         "modules_to_save": list(scenario.modules_to_save),
+        "bf16": scenario.bf16,
+        "peft_autocast_adapter_dtype": scenario.peft_autocast_adapter_dtype,
+        "moe_experts": scenario.moe_experts,
+        "zero3_moe_leaf_modules": scenario.zero3_moe_leaf_modules,
     }
 
 

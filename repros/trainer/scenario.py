@@ -16,6 +16,14 @@ FSDP1_WRAPS = ("layer", "none", "peft")
 TRAINER_LOOPS = ("own", "hf")
 #: How a trained adapter is saved (see ``Scenario.save_method``).
 SAVE_METHODS = ("default", "gathered")
+#: The keys of a DeepSpeed config that HF's DeepSpeed guide sets to ``"auto"`` (filled from the
+#: ``TrainingArguments``) and a user's config may leave out (see ``Scenario.ds_config_omits``).
+DS_CONFIG_AUTO_KEYS = (
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "scheduler.params.warmup_max_lr",
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,46 @@ class Scenario:
     #: ZeRO-3 only: a gather handle's second ``wait()`` does nothing (``repros/trainer/zero3_gathers.py``;
     #: what DeepSpeed PR #8487 does from 0.19.7 on).
     zero3_handles_wait_once: bool = False
+    #: ZeRO-3 only: no model keeps transformers' shared ``rotary_fn`` child (the one ``nn.Module`` the
+    #: ``kernels`` package makes of ``apply_rotary_pos_emb``; ``repros/trainer/kernel_funcs.py``; what
+    #: transformers PR #45414 does from 5.5.4 on) (F18).
+    zero3_no_kernel_func_children: bool = False
+    #: HF loop only: the DeepSpeed config names a scheduler (``WarmupLR``, as HF's DeepSpeed guide does);
+    #: False: none, so the Trainer builds its own (a ``LambdaLR`` over its optimizer's parameter groups) (F11).
+    deepspeed_scheduler: bool = True
+    #: HF loop only: the Trainer's optimizer keeps only its non-empty parameter groups (LoRA leaves the
+    #: no-decay group empty), so a scheduler built on it agrees with what DeepSpeed keeps (F11).
+    drop_empty_param_groups: bool = False
+    #: HF loop only: ``TrainingArguments.gradient_accumulation_steps``.
+    gradient_accumulation_steps: int = 1
+    #: HF loop only: keys the user's DeepSpeed config leaves out of those HF's guide sets to ``"auto"``
+    #: (``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``gradient_clipping``,
+    #: ``scheduler.params.warmup_max_lr``): DeepSpeed's (or accelerate's) default then stands (F20).
+    ds_config_omits: tuple[str, ...] = ()
+    #: PEFT's ``autocast_adapter_dtype`` (``get_peft_model``'s default, True: adapter weights in float32 over a
+    #: bf16 base; False: in the base model's dtype).
+    peft_autocast_adapter_dtype: bool = True
+    #: The base model: 0, the test model (a dense Qwen2); N, a mixture-of-experts model (Mixtral) with N
+    #: experts per layer (``repros/trainer/tiny_models.py``).
+    moe_experts: int = 0
+    #: ZeRO-3 only: mark each mixture-of-experts block a leaf module (``deepspeed.utils.set_z3_leaf_modules``):
+    #: its experts' parameters are gathered together, whichever experts a rank's tokens reach (F21).
+    zero3_moe_leaf_modules: bool = False
+    #: Load the base model from a checkpoint under accelerate's FSDP environment with
+    #: ``fsdp_cpu_ram_efficient_loading`` (``repros/trainer/fsdp_loading.py``): transformers reads the
+    #: weights on rank 0 only and gives the other ranks placeholders (F15).
+    fsdp_cpu_ram_efficient_loading: bool = False
+    #: FSDP2 only: after sharding, broadcast rank 0's full state dict into every rank's shards (what
+    #: accelerate's ``fsdp2_load_full_state_dict`` does; the ``fsdp2-broadcast-rank0-weights`` guard).
+    fsdp2_broadcast_from_rank0: bool = False
+    #: FSDP2 only: after training, checkpoint the adapter as transformers' ``Trainer`` does under FSDP
+    #: (accelerate's ``save_fsdp_model``, ``FULL_STATE_DICT``, ``adapter_only=True``) and check the file
+    #: against the trained adapter (``repros/trainer/fsdp_adapter_save.py``; F16).
+    fsdp2_trainer_adapter_checkpoint: bool = False
+    #: With ``fsdp2_trainer_adapter_checkpoint``: gather the adapter's full tensors with torch's
+    #: ``get_model_state_dict`` and write them on rank 0 instead (what accelerate does from 1.15.0; the
+    #: ``fsdp2-adapter-full-state-dict`` guard).
+    fsdp2_adapter_full_state_dict: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
@@ -117,3 +165,6 @@ class Scenario:
             raise ValueError("trainer_loop 'hf' drives DeepSpeed only")
         if self.save_method not in SAVE_METHODS:
             raise ValueError(f"unknown save_method {self.save_method!r}; known: {SAVE_METHODS}")
+        unknown_keys = [k for k in self.ds_config_omits if k not in DS_CONFIG_AUTO_KEYS]
+        if unknown_keys:
+            raise ValueError(f"unknown ds_config_omits {unknown_keys}; known: {DS_CONFIG_AUTO_KEYS}")

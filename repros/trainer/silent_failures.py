@@ -51,3 +51,17 @@ class GatheredParameterDiffers(Exception):
 
 class ReferenceForwardDiffers(Exception):
     """A frozen model's forward of the same batch, run again, gave other logits without an error."""
+
+
+class DeepSpeedConfigDisagrees(Exception):
+    """transformers' ``Trainer`` trained without an error, but the DeepSpeed engine used another batch
+    size, gradient accumulation, clipping or learning rate than the ``TrainingArguments`` asked for."""
+
+
+class LossNotFinite(Exception):
+    """Training ran without an error, but its loss was NaN or infinite."""
+
+
+class SavedAdapterIncomplete(Exception):
+    """A checkpoint of the adapter was written without an error, but a tensor in it is not the trained
+    adapter's full tensor (a shard of it, or other values)."""

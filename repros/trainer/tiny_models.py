@@ -38,6 +38,31 @@ def tiny_qwen2(seed: int = 0) -> Any:
     return Qwen2ForCausalLM(config)
 
 
+def tiny_mixtral(num_experts: int, experts_per_token: int = 2, seed: int = 0) -> Any:
+    """A mixture-of-experts decoder at the current size (``MixtralForCausalLM``): the test model's
+    attention and widths, each layer's MLP ``num_experts`` experts of which the router picks
+    ``experts_per_token`` per token; vocabulary 128, untied embeddings, seeded random weights. With
+    more experts than a rank's batch has tokens, some experts get none on one rank and some on another."""
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    size = current_size()
+    config = MixtralConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads,
+        num_key_value_heads=size.num_key_value_heads,
+        max_position_embeddings=size.max_position_embeddings,
+        num_local_experts=num_experts,
+        num_experts_per_tok=experts_per_token,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return MixtralForCausalLM(config)
+
+
 def fixed_batch(rank: int, batch_size: int | None = None, seq_len: int | None = None, seed: int = 1) -> Any:
     """The same token batch every step (so a working trainer's loss must fall), different per
     rank (so data parallelism has something to average); its shape is the current size's unless given."""

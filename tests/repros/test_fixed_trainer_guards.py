@@ -116,6 +116,25 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         (F10_SCENARIO, versions(deepspeed="0.19.8", transformers="4.43.0")),
         (F9_SCENARIO, v),
         (Scenario(gradient_checkpointing=False, zero3_allgather_sequential=True), v),
+        # F12: bf16, loaded inside zero.Init, PEFT's float32 adapters; F21: a Mixtral on transformers 4.x.
+        (Scenario(gradient_checkpointing=False, zero_init=True), versions(deepspeed="0.19.2", peft="0.21.2")),
+        (Scenario(gradient_checkpointing=False, moe_experts=32), versions(deepspeed="0.17.6", transformers="4.57.6")),
+        # F15: FSDP2 over a cpu_ram_efficient_loading checkpoint; F16: the Trainer's FSDP2 adapter checkpoint.
+        (Scenario(engine="fsdp2", bf16=False, fsdp_cpu_ram_efficient_loading=True), versions(transformers="5.5.4")),
+        (Scenario(engine="fsdp2", bf16=False, fsdp2_trainer_adapter_checkpoint=True), versions(accelerate="1.14.0")),
+        # F18: ZeRO-3 on transformers 5.0 .. 5.5.3 (one rotary_fn module shared by every model).
+        (Scenario(gradient_checkpointing=False), versions(deepspeed="0.19.8", transformers="5.5.3")),
+        # F11: the Trainer's own scheduler (none in the DeepSpeed config); F20: a config leaving out a shared value.
+        (Scenario(trainer_loop="hf", zero_stage=2, gradient_checkpointing=False, deepspeed_scheduler=False), v),
+        (
+            Scenario(
+                trainer_loop="hf",
+                zero_stage=2,
+                gradient_checkpointing=False,
+                ds_config_omits=("gradient_accumulation_steps",),
+            ),
+            v,
+        ),
     ]
     for rule in GUARDS:
         where = [(s, at) for s, at in candidates if rule.applies(s, at)]

@@ -1,0 +1,146 @@
+"""F12 - ZeRO-3 + LoRA under bf16 with zero.Init: the gather after the optimizer step refuses mixed dtypes (0.19.2).
+
+ZeRO-3 keeps parameters below ``stage3_param_persistence_threshold`` whole on every rank and, after
+each optimizer step, all-gathers them again from their updated partitions (``_post_step``:
+``persistent_parameters[0].all_gather(...)``, ``Init._allgather_params_coalesced``). That function
+allocated every output buffer in the dtype of the first parameter of the list. Until 0.19.1 the
+engine cast the whole module to bf16 (``module.bfloat16()``), so the list was of one dtype. DeepSpeed
+PR #8066 (0.19.2) stopped casting a model ZeRO-3 partitioned as it loaded (``zero.Init``, what
+``from_pretrained`` does under ``TrainingArguments(deepspeed=...)`` or an ``HfDeepSpeedConfig``): its
+base stays bf16 while PEFT's adapters, made after loading, stay float32 (``get_peft_model``'s default
+``autocast_adapter_dtype=True``). The first optimizer step's gather then hands a float32 buffer a
+bf16 partition, or the reverse: NCCL raises ``TypeError: output tensor must have the same type as
+input tensor``, gloo ``RuntimeError: ProcessGroupGloo::allgather: invalid tensor type at index 0
+(expected TensorOptions(dtype=float, ...), got TensorOptions(dtype=c10::BFloat16, ...))``. DeepSpeed
+PR #8073 (0.19.3) allocates each buffer in its own parameter's dtype.
+
+bug:   tiny Qwen2 loaded with ``from_pretrained`` while an ``HfDeepSpeedConfig`` (ZeRO-3, bf16) is
+       alive (so inside ``zero.Init``), LoRA r=8 on q/v by ``get_peft_model`` (PEFT's defaults),
+       ZeRO-3 with its default persistence threshold (a tiny model's parameters all persistent, as a
+       real model's norms, biases and LoRA matrices are), the fixed trainer's own loop.
+fixed: the same scenario through the fixed trainer's guards (``zero3-adapters-in-base-dtype`` on
+       deepspeed 0.19.2: ``get_peft_model(..., autocast_adapter_dtype=False)``, as TRL PR #6091 does,
+       so the adapters are bf16 like the base, as 0.19.1's cast made them).
+
+Not the older "output tensor must have the same type as input tensor" reports with QLoRA (a
+quantized base gathered with bf16 modules, DeepSpeed#5049) or with fp16/bf16 configs that disagree
+(LLaVA#949): the signature wants a bf16 run, no quantization, and the model loaded inside zero.Init.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from repros.runtime.context import RankContext
+from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.scenario import Scenario
+
+SCENARIO = Scenario(
+    engine="deepspeed",
+    zero_stage=3,
+    bf16=True,
+    gradient_checkpointing=False,
+    # from_pretrained while an HfDeepSpeedConfig is alive: inside zero.Init, as Trainer users load.
+    zero_init=True,
+)
+
+_GLOO_DTYPES = re.compile(
+    r"invalid tensor type at index \d+ \(expected TensorOptions\(dtype=(?P<expected>[\w:]+),.*?"
+    r"got TensorOptions\(dtype=(?P<got>[\w:]+),",
+    re.DOTALL,
+)
+_HALF = ("c10::BFloat16", "c10::Half", "BFloat16", "Half")
+
+# Established by running (2026-11-26, torch 2.13.0+cpu, peft 0.21.2, 2 ranks, gloo): bug REPRODUCED on
+# deepspeed 0.19.2 (transformers 5.23.0), NOT_REPRODUCED on 0.18.0 (transformers 4.57.6 and 5.23.0), 0.18.6,
+# 0.18.9, 0.19.0, 0.19.1, 0.19.3 and 0.19.8; fixed PASS everywhere run; then the harness's bisect from both sides
+# (its first try at 0.19.1 lost the environment being built, "build.log" gone: rerun over 0.19.0 .. 0.19.2).
+_ESTABLISHED = (
+    "python -m harness run --cells ds-0.19.2,current,ds-0.19.3,tf4-ds-0.18.0,tf4-ds-0.17.6 --repros F12,F13,F21 "
+    "--jobs 1 (2026-11-26); python -m harness bisect --repro F12 --mode bug --package deepspeed --good 0.18.0 "
+    "--bad 0.19.2 --cell ds-0.19.2 -> 0.18.6, 0.18.9, 0.19.0 NOT_REPRODUCED, 0.19.1 no environment; --good 0.19.0 "
+    "--bad 0.19.2 -> first bad: deepspeed==0.19.2 (3 steps, 582 s); --good 0.19.3 --bad 0.19.2 -> first good: "
+    "deepspeed==0.19.3 (2 steps, 85 s)"
+)
+
+
+def float32_against_16_bit(message: str) -> bool:
+    """gloo names both dtypes: one float32 (the adapters), the other 16-bit (the base), either way."""
+    found = _GLOO_DTYPES.search(message)
+    if found is None:
+        return False
+    pair = {found["expected"], found["got"]}
+    return "float" in pair and bool(pair & set(_HALF))
+
+
+def zero_init_bf16_without_quantization(facts: Mapping[str, Any]) -> bool:
+    """A DeepSpeed bf16 run of an unquantized model loaded inside zero.Init (not QLoRA's quantized base)."""
+    return (
+        facts.get("engine") == "deepspeed"
+        and not facts.get("quantization")
+        and bool(facts.get("zero_init"))
+        and facts.get("bf16") is not False
+    )
+
+
+SPEC = ReproSpec(
+    id="F12",
+    title="ZeRO-3 + LoRA, bf16, zero.Init: the gather after the optimizer step refuses mixed dtypes (0.19.2)",
+    upstream=(
+        "deepspeedai/DeepSpeed#8072",
+        "deepspeedai/DeepSpeed PR #8073 (fix: a buffer per parameter's dtype; 0.19.3)",
+        "deepspeedai/DeepSpeed PR #8066 (0.19.2: a zero.Init model no longer cast to bf16)",
+        "huggingface/trl#6089 / PR #6091 (autocast_adapter_dtype=False under ZeRO-3)",
+    ),
+    signatures=(
+        Signature(
+            id="F12.gloo-invalid-tensor-type",
+            exception="RuntimeError",
+            pattern=r"ProcessGroupGloo::allgather: invalid tensor type at index \d+",
+            checks=(float32_against_16_bit,),
+            description="gloo: an all-gather's output and input tensors, one float32 and one bf16/fp16",
+        ),
+        Signature(
+            id="F12.output-tensor-type",
+            exception="TypeError",
+            aliases=("RuntimeError",),
+            pattern=r"^output tensor must have the same type as input tensor",
+            facts_checks=(zero_init_bf16_without_quantization,),
+            description="NCCL: an all-gather's output and input tensors of different dtypes, in a bf16 run of an "
+            "unquantized model loaded inside zero.Init",
+        ),
+    ),
+    expectations=(
+        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": "==0.19.2"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {"deepspeed": "!=0.19.2"}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    variants=(
+        Variant(
+            "adapters-bf16",
+            "the adapters made in the base model's dtype (get_peft_model(..., autocast_adapter_dtype=False)): the "
+            "fixed trainer's guard alone, priced where the gather is fixed",
+            {"peft_autocast_adapter_dtype": False},
+            claim="huggingface/trl PR #6091",
+        ),
+        Variant(
+            "no-zero-init",
+            "the model loaded whole, outside zero.Init (accelerate's zero3_init_flag: false), then partitioned by "
+            "deepspeed.initialize",
+            {"zero_init": False},
+            claim="what users without zero.Init do; DeepSpeed 0.19.2 still casts such a model to bf16",
+        ),
+    ),
+    description=__doc__ or "",
+)
+
+
+def run(ctx: RankContext) -> None:
+    from repros.trainer.fixed_trainer import train
+    from repros.trainer.variants import scenario_for
+
+    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
+    train(scenario, ctx, guards)

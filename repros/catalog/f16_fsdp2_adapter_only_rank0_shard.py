@@ -1,0 +1,82 @@
+"""F16 - FSDP2 ``FULL_STATE_DICT`` adapter-only checkpoint: only rank 0's shard is written, silently.
+
+transformers' ``Trainer`` checkpoints a PEFT model under FSDP with accelerate's
+``save_fsdp_model(..., adapter_only=True)`` (``get_fsdp_ckpt_kwargs()`` passes it whenever
+``save_fsdp_model`` takes it). With FSDP2 and ``fsdp_state_dict_type: FULL_STATE_DICT``, accelerate
+1.7.0 (PR #3527, FSDP2's ``FULL_STATE_DICT``) to 1.14.0 takes the adapter from PEFT's
+``get_peft_model_state_dict``: FSDP2's parameters are DTensors, nothing gathers them, and rank 0's
+``torch.save`` writes ``pytorch_model_fsdp.bin`` holding rank 0's local shard of every adapter tensor
+(a DTensor of the full global shape around it). Nothing raises; resuming from the checkpoint restores
+rank 0's slice only, so on N ranks (N-1)/N of every adapter tensor goes back to its initialization.
+accelerate PR #4206 (1.15.0) gathers the adapter with torch's ``get_model_state_dict``
+(``full_state_dict``, ``ignore_frozen_params``). Before 1.7.0 accelerate's FSDP2 plugin refused
+``FULL_STATE_DICT`` ("FSDP2 only supports SHARDED_STATE_DICT for now"; not run here).
+
+bug:   tiny Qwen2 reloaded from a checkpoint, LoRA r=8 on q/v, FSDP2 ``fully_shard`` on each decoder
+       layer and the root, float32, no checkpointing, own loop, trained; then accelerate's
+       ``save_fsdp_model`` with ``FullyShardedDataParallelPlugin(fsdp_version=2,
+       state_dict_type="FULL_STATE_DICT")`` and ``adapter_only=True`` (the Trainer's call); rank 0
+       compares every tensor in the file with the trained adapter's full tensor
+       (``SavedAdapterIncomplete`` when one differs).
+fixed: the same scenario through the fixed trainer's guards (``fsdp2-adapter-full-state-dict``: the
+       adapter's full tensors gathered with ``get_model_state_dict`` and written by rank 0).
+"""
+
+from __future__ import annotations
+
+from repros.runtime.context import RankContext
+from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.scenario import Scenario
+
+# Established by running (2026-11-26, torch 2.13.0+cpu, transformers 5.23.0, peft 0.21.2, 2 ranks, gloo).
+_RUN = (
+    "python -m harness run --cells acc-1.14,current --repros F16 (2026-11-26): bug REPRODUCED in acc-1.14 "
+    "(accelerate 1.14.0: 0 of 8 adapter tensors in pytorch_model_fsdp.bin complete, each a DTensor holding rank "
+    "0's local shard, e.g. (4, 64) of (8, 64); 13358 bytes against 18407 gathered), NOT_REPRODUCED in current "
+    "(1.15.0); fixed PASS in both"
+)
+_ESTABLISHED = (
+    f"{_RUN}; python -m harness bisect --repro F16 --mode bug --package accelerate --good 1.15.0 --bad 1.7.0 "
+    "--cell acc-1.14 -> first good: accelerate==1.15.0 (6 steps: 1.7.0, 1.10.1, 1.12.0, 1.13.0, 1.14.0 "
+    "REPRODUCED; 1.15.0 NOT_REPRODUCED)"
+)
+
+#: The documented configuration (the ``bug`` mode; ``fixed`` runs it through the guards).
+SCENARIO = Scenario(
+    engine="fsdp2",
+    bf16=False,
+    gradient_checkpointing=False,
+    fsdp2_trainer_adapter_checkpoint=True,
+)
+
+SPEC = ReproSpec(
+    id="F16",
+    title="FSDP2 FULL_STATE_DICT adapter-only checkpoint: only rank 0's shard is written",
+    upstream=(
+        "huggingface/accelerate PR #4206 (fix: the adapter gathered by get_model_state_dict; 1.15.0)",
+        "huggingface/accelerate PR #3527 (FSDP2's FULL_STATE_DICT, 1.7.0)",
+    ),
+    signatures=(
+        Signature(
+            id="F16.saved-adapter-rank0-shard",
+            exception="repros.trainer.silent_failures.SavedAdapterIncomplete",
+            pattern=r"^saved adapter incomplete: \d+ of \d+ tensors in pytorch_model_fsdp\.bin",
+            description="no error, but the adapter checkpoint holds rank 0's shard of each tensor, not the full tensor",
+        ),
+    ),
+    expectations=(
+        Expectation("bug", Outcome.REPRODUCED, {"accelerate": ">=1.7.0,<1.15.0"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
+    ),
+    description=__doc__ or "",
+)
+
+
+def run(ctx: RankContext) -> None:
+    from repros.trainer.fixed_trainer import train
+    from repros.trainer.variants import scenario_for
+
+    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
+    train(scenario, ctx, guards)

@@ -1,0 +1,217 @@
+"""F18 - ZeRO-3 with TRL's GRPO/RLOO and a reference model: ``IndexError: pop from an empty deque``.
+
+transformers 5.0 .. 5.5.3 decorate each attention class with ``use_kernelized_func(apply_rotary_pos_emb)``:
+at the end of its ``__init__`` every attention module gets ``self.rotary_fn``. With the ``kernels``
+package installed ``apply_rotary_pos_emb`` is itself one ``nn.Module`` for the whole process
+(``use_kernel_func_from_hub``), so every model built in the process (the policy and TRL's reference
+model alike) holds that same module as a child, and every attention forward calls it. Under ZeRO-3
+each DeepSpeed engine walks its model and registers hooks and a module id (``ds_id``) on every
+module: the reference model's engine, built after the policy's, re-numbers the shared module and adds
+its own hooks, which now fire in the policy's forwards as well as its own. A coordinator records its
+trace by ``ds_id`` and rebuilds it at the start of the next forward (``reset_step``); with the shared
+module in it that bookkeeping no longer adds up, and ``record_parameters`` pops a deque with nothing
+in it: ``IndexError: pop from an empty deque`` in ``partitioned_param_coordinator.py``, here (as in
+TRL#4899's RLOO traceback) in the reference model's forward for ``ref_per_token_logps`` after the
+second step's generation. TRL's distributed tests showed it for GRPO and RLOO with ZeRO-3 from
+transformers 5.0 on (TRL#4899, transformers#45137). The exact drift is read from DeepSpeed's code, not
+measured; measured is that removing the shared child (the guard) trains, on the same stack.
+transformers PR #45414 (5.5.4) no longer attaches the child under ZeRO-3.
+
+Needs every piece: transformers 5.0 .. 5.5.3, the ``kernels`` package (without it ``rotary_fn`` is a
+plain function: measured, GRPO trains), and a reference model (``beta > 0``, RLOO's default 0.05;
+GRPO's default 0.0 builds none and trains; with a PEFT model the reference is the policy with its
+adapter disabled, one engine). DeepSpeed 0.18.6 and 0.19.8 fail alike; RLOO (default ``beta`` 0.05) too.
+
+bug:   TRL's ``GRPOTrainer`` (``beta=0.04``: a reference model) on the tiny Qwen2 saved as a checkpoint,
+       full fine-tuning, DeepSpeed ZeRO-3 (every parameter partitioned) from ``GRPOConfig(deepspeed=...)``
+       on a CPU (``use_cpu=True``, gloo), a plain Python reward function, a word-level tokenizer made
+       here (no hub); 2 prompts per rank, 2 generations each, 6 new tokens.
+fixed: the same with the fixed trainer's guards (``zero3-no-shared-rotary-fn`` on transformers < 5.5.4:
+       no model keeps the ``rotary_fn`` child, as PR #45414 makes it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repros.runtime.context import RankContext
+from repros.runtime.outcomes import Outcome
+from repros.runtime.record import ScenarioUnavailable
+from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+
+#: GRPO's KL coefficient: non-zero, so TRL builds the reference model (a second ZeRO-3 engine).
+BETA = 0.04
+
+# Established by running (2026-11-26, torch 2.13.0+cpu, deepspeed 0.19.8, trl 1.1.0, kernels 0.13.0, 2 ranks, gloo):
+# bug REPRODUCED on transformers 5.5.3 (the second step's forward, rank 0 and 1), NOT_REPRODUCED on 5.5.4, fixed
+# PASS on both; the same run with the cells on deepspeed 0.18.6 gave the same four outcomes; by hand (torchrun in the
+# cell's environment): RLOO with its default beta 0.05 fails alike, and without kernels, or with GRPO's beta 0.0 (no
+# reference model), GRPO trains; then the bisect below.
+_ESTABLISHED = (
+    "python -m harness run --cells tf-5.5.3-trl,tf-5.5.4-trl --repros F18 (2026-11-26); then python -m harness "
+    "bisect --repro F18 --mode bug --package transformers --good 5.5.4 --bad 5.5.3 --cell tf-5.5.3-trl -> first "
+    "good: transformers==5.5.4 (2 steps, 87 s)"
+)
+
+SPEC = ReproSpec(
+    id="F18",
+    title="ZeRO-3 with TRL's GRPO/RLOO and a reference model: pop from an empty deque (transformers 5.0 .. 5.5.3)",
+    upstream=(
+        "huggingface/trl#4899",
+        "huggingface/transformers#45137",
+        "huggingface/transformers PR #45414 (fix: no rotary_fn child under ZeRO-3; 5.5.4)",
+        "huggingface/trl PR #5541 (TRL's ZeRO-3 GRPO/RLOO tests expected to fail on transformers 5.0 .. 5.5.3)",
+    ),
+    signatures=(
+        Signature(
+            id="F18.pop-from-empty-deque",
+            exception="IndexError",
+            pattern=r"^pop from an empty deque$",
+            description="ZeRO-3's parameter coordinator rebuilding its trace at the start of a forward "
+            "(record_parameters in reset_step): a module's recorded fetches are kept under another ds_id",
+        ),
+    ),
+    expectations=(
+        Expectation("bug", Outcome.REPRODUCED, {"transformers": ">=5.0,<5.5.4"}, established_by=_ESTABLISHED),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.5.4"}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    variants=(
+        Variant(
+            "no-rotary-fn",
+            "the fixed trainer's guard alone, on any transformers: no model keeps the rotary_fn child",
+            {"zero3_no_kernel_func_children": True},
+            claim="transformers PR #45414 leaves the child out under ZeRO-3 from 5.5.4 on",
+        ),
+    ),
+    pass_rule="clean-exit",
+    description=__doc__ or "",
+)
+
+
+def _tokenizer() -> Any:
+    """A word-level tokenizer over the tiny model's vocabulary (``w3`` .. ``w127``), made here: no hub."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from repros.trainer.tiny_models import VOCAB_SIZE
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {f"w{i}": i for i in range(3, VOCAB_SIZE)}
+    raw = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def length_reward(completions: list[Any], **_: Any) -> list[float]:
+    """The reward: a completion's length in characters (a plain function, no reward model)."""
+    return [float(len(str(c))) for c in completions]
+
+
+def run(ctx: RankContext) -> None:
+    import dataclasses
+    from importlib import metadata
+
+    from repros.trainer.guards import apply_guards
+    from repros.trainer.scenario import Scenario
+    from repros.trainer.variants import scenario_for
+
+    try:
+        ctx.facts["trl"] = metadata.version("trl")
+    except metadata.PackageNotFoundError as exc:
+        raise ScenarioUnavailable("trl is not installed in this cell (F18 trains with TRL's GRPOTrainer)") from exc
+    try:
+        ctx.facts["kernels"] = metadata.version("kernels")
+    except metadata.PackageNotFoundError:
+        ctx.facts["kernels"] = None
+    scenario = Scenario(
+        engine="deepspeed",
+        zero_stage=3,
+        zero3_persistence_threshold=0,
+        bf16=False,
+        gradient_checkpointing=False,
+        trainer_loop="hf",
+    )
+    scenario, guards = scenario_for(ctx, SPEC, scenario)
+    effective = apply_guards(scenario, guards)
+    ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
+    ctx.facts["scenario_facts"] = {
+        k: v for k, v in dataclasses.asdict(effective).items() if isinstance(v, bool | int | float | str)
+    }
+    if effective.zero3_wait_every_gather:
+        from repros.trainer.zero3_gathers import wait_on_every_gather
+
+        wait_on_every_gather()
+    if effective.zero3_no_kernel_func_children:
+        from repros.trainer.kernel_funcs import drop_kernel_func_children
+
+        drop_kernel_func_children()
+    train_grpo(ctx, effective)
+
+
+def train_grpo(ctx: RankContext, scenario: Any) -> None:
+    import torch.distributed as dist
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from repros.trainer import adapter_io
+    from repros.trainer.hf_trainer import trainer_deepspeed_config
+
+    with adapter_io.shared_workdir() as work:
+        base_dir = adapter_io.save_base_checkpoint(work)
+        tokenizer = _tokenizer()
+        prompts = [" ".join(f"w{3 + (i * 7 + j) % 100}" for j in range(4)) for i in range(8)]
+        args = GRPOConfig(
+            output_dir=str(work / "grpo"),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_completion_length=6,
+            max_steps=ctx.steps,
+            learning_rate=1e-4,
+            # The config's WarmupLR needs at least one warm-up step (DeepSpeed >= 0.19 refuses 0).
+            warmup_steps=1,
+            beta=BETA,
+            bf16=scenario.bf16,
+            use_cpu=ctx.device_type == "cpu",
+            deepspeed=trainer_deepspeed_config(scenario),
+            # On a CPU accelerate's distributed type is not one TRL clears device_map for.
+            model_init_kwargs={"device_map": None},
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            dataloader_pin_memory=False,
+        )
+        losses: list[float] = []
+
+        class _Steps(TrainerCallback):
+            def on_train_begin(self, *a: Any, **kw: Any) -> None:
+                ctx.meters.training_begins()
+
+            def on_step_begin(self, *a: Any, **kw: Any) -> None:
+                ctx.meters.resume()
+
+            def on_step_end(self, *a: Any, **kw: Any) -> None:
+                ctx.meters.pause()
+                ctx.meters.end_step()
+
+            def on_log(self, _args: Any, _state: Any, _control: Any, logs: Any = None, **kw: Any) -> None:
+                if logs and "loss" in logs:
+                    losses.append(float(logs["loss"]))
+
+        trainer = GRPOTrainer(
+            model=str(base_dir),
+            reward_funcs=length_reward,
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": prompts}),
+            processing_class=tokenizer,
+            callbacks=[_Steps()],
+        )
+        ctx.facts["reference_model"] = trainer.ref_model is not None
+        trainer.train()
+        steps = int(trainer.state.global_step)
+        ctx.facts["grpo"] = {"steps": steps, "losses": losses}
+        if steps != ctx.steps:
+            raise RuntimeError(f"GRPO stopped after {steps} of {ctx.steps} steps")
+        if dist.is_initialized():
+            dist.barrier()
