@@ -46,8 +46,9 @@ _ESTABLISHED = (
     "python -m harness run --cells ds-0.19.2,current,ds-0.19.3,tf4-ds-0.18.0,tf4-ds-0.17.6 --repros F12,F13,F21 "
     "--jobs 1 (2026-11-26); python -m harness bisect --repro F13 --mode bug --package deepspeed --good 0.19.3 "
     "--bad 0.19.2 --cell ds-0.19.2 -> first good: deepspeed==0.19.3 (2 steps, 97 s)"
-    "; lower end not bisected yet (python -m harness bisect --repro F13 --mode bug --package deepspeed --good "
-    "0.16.4 --bad 0.16.5 --cell tf4-ds-0.18.0 was still building 0.16.4 at the session's end)"
+    "; lower end: python -m harness bisect --repro F13 --mode bug --package deepspeed --good 0.16.4 --bad 0.16.5 "
+    "--cell tf4-ds-0.18.0 -> 0.16.5 REPRODUCED, 0.16.4 UNRESOLVABLE (error: Failed to build `deepspeed==0.16.4` "
+    "beside torch 2.13), so 0.16.5 as the first bad release rests on PR #7062's diff and DeepSpeed#7615"
 )
 
 SPEC = ReproSpec(
