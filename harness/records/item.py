@@ -350,11 +350,18 @@ def parse_record(value: object) -> ItemRecord:
 def validation_problem(exc: ValidationError) -> str:
     """The first problem pydantic found, as one line naming the field."""
     first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(the record)"
+    # A key of a user's record may hold anything, a line break included: such a part is quoted.
+    where = ".".join(_field_part(part) for part in first["loc"]) or "(the record)"
     value = first.get("input")
     shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"field {where}: {first['msg']} (got {shown[:80]}){more}"
+    message = " ".join(str(first["msg"]).split())
+    return f"field {where}: {message} (got {shown[:80]}){more}"
+
+
+def _field_part(part: object) -> str:
+    text = str(part)
+    return text if isinstance(part, int) or text.isidentifier() else repr(text)
 
 
 def error_summary(error_type: str, message: str, rank: int | None, traceback: str | None = None) -> ErrorSummary:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from harness.config.repros import discover
 from tests.support.paths import REPO_ROOT, results_json
 
 pytestmark = pytest.mark.integration
@@ -99,7 +100,12 @@ def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> N
     fixed = [r for r in ran(records) if r["mode"] == "fixed"]
     assert {r["repro"] for r in fixed} == catalog_ids()
     assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
+    # A repro that trains with another library's trainer (F18: TRL's) passes by running to its end
+    # and records no losses of its own; every other fixed item trained, its loss falling.
+    clean_exit = {repro_id for repro_id, repro in discover().repros.items() if repro.spec.pass_rule == "clean-exit"}
     for r in fixed:
+        if r["repro"] in clean_exit:
+            continue
         assert r["losses"][-1] < r["losses"][0]
         assert all(g["id"] and g["reason"] for g in r["guards"])
     assert "zero3-reentrant-checkpointing" in {

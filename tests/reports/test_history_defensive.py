@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.planning.shards import Shard, durations_from, shard_meta
@@ -38,6 +38,7 @@ def _valid(record: dict[str, Any]) -> bool:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(FIELDS), value=json_values)
+@example(field="expected_when", value={"\n": None})  # a key holding a line break, found by Hypothesis in CI
 def test_a_wrongly_typed_record_in_another_run_is_left_out_and_named_never_trusted(
     tmp_path_factory: Any, field: str, value: Any
 ) -> None:
