@@ -17,21 +17,28 @@ from repros.runtime.model_size import current_size
 VOCAB_SIZE = 128
 
 
+def _decoder_shape() -> dict[str, int]:
+    """The widths and depth every test model shares, at the current size, and its vocabulary."""
+    size = current_size()
+    return {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": size.hidden_size,
+        "intermediate_size": size.intermediate_size,
+        "num_hidden_layers": size.num_hidden_layers,
+        "num_attention_heads": size.num_attention_heads,
+        "num_key_value_heads": size.num_key_value_heads,
+        "max_position_embeddings": size.max_position_embeddings,
+    }
+
+
 def tiny_qwen2(seed: int = 0) -> Any:
     """The test model at the current size (``tiny`` unless the item asked for another):
     a Qwen2-style decoder, vocabulary 128, untied embeddings, seeded random weights."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    size = current_size()
     config = Qwen2Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=size.hidden_size,
-        intermediate_size=size.intermediate_size,
-        num_hidden_layers=size.num_hidden_layers,
-        num_attention_heads=size.num_attention_heads,
-        num_key_value_heads=size.num_key_value_heads,
-        max_position_embeddings=size.max_position_embeddings,
+        **_decoder_shape(),
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
@@ -46,15 +53,8 @@ def tiny_mixtral(num_experts: int, experts_per_token: int = 2, seed: int = 0) ->
     import torch
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    size = current_size()
     config = MixtralConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=size.hidden_size,
-        intermediate_size=size.intermediate_size,
-        num_hidden_layers=size.num_hidden_layers,
-        num_attention_heads=size.num_attention_heads,
-        num_key_value_heads=size.num_key_value_heads,
-        max_position_embeddings=size.max_position_embeddings,
+        **_decoder_shape(),
         num_local_experts=num_experts,
         num_experts_per_tok=experts_per_token,
         tie_word_embeddings=False,
