@@ -92,9 +92,7 @@ class Holds:
             return
         path = envs_dir(self.cache_dir) / f"{key}.inuse"
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a")  # noqa: SIM115 - held open while in use
-        fcntl.flock(handle, fcntl.LOCK_SH)
-        self._held[key] = handle
+        self._held[key] = flock_current(path, fcntl.LOCK_SH)
 
     def release(self, key: str) -> None:
         handle = self._held.pop(key, None)
@@ -103,6 +101,24 @@ class Holds:
 
     def held(self) -> set[str]:
         return set(self._held)
+
+
+def flock_current(path: Path, operation: int) -> IO[str]:
+    """``path`` opened and locked (``flock``, waiting), the lock taken on the file the path names once
+    it is granted. An evictor unlinks an environment's lock files once it is done: a lock granted
+    on the unlinked file would hold nothing, so it is dropped and taken again on the current one."""
+    while True:
+        handle = open(path, "a")  # noqa: SIM115 - returned open, locked
+        try:
+            fcntl.flock(handle, operation)
+            if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass  # unlinked while we waited: take it again on a new file
+        except BaseException:
+            handle.close()
+            raise
+        handle.close()
 
 
 def in_use(cache_dir: Path, key: str) -> bool:
@@ -258,9 +274,11 @@ def evict_to_fit(cache_dir: Path, budget: int, incoming: int = 0, keep: Iterable
                 skipped.append(entry.key)  # taken since we looked
                 continue
             shutil.rmtree(entry.path, ignore_errors=True)
-            for suffix in (".lock",):
-                (envs_dir(cache_dir) / f"{entry.key}{suffix}").unlink(missing_ok=True)
-        lock.unlink(missing_ok=True)
+            # ``<key>.lock`` (the build lock) stays: unlinking it under a builder that holds it would
+            # let a second builder lock a new file and build into the same directory.
+            # Unlinked while still held: a process waiting for it is granted the removed file, sees
+            # that (``flock_current``) and takes a new one, then finds the environment gone.
+            lock.unlink(missing_ok=True)
         prune_store(cache_dir)
         removed.append(entry)
         used = cache_bytes(cache_dir)

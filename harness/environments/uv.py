@@ -57,6 +57,7 @@ from harness.environments.cache import (
     budget_bytes,
     disk_full_reason,
     evict_to_fit,
+    flock_current,
     is_disk_full,
     largest_environment,
     note_use,
@@ -186,8 +187,7 @@ class UvEnvironments:
     def _locked(self, key: str) -> Iterator[None]:
         lock_path = self.cache_dir / "envs" / f"{key}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        with flock_current(lock_path, fcntl.LOCK_EX) as fh:
             try:
                 yield
             finally:
@@ -198,6 +198,9 @@ class UvEnvironments:
         held for this process and its use by ``cell`` recorded (``cache.py``)."""
         key = self.key(request)
         with self._locked(key):
+            # Held before anything is read: an eviction that starts now skips it, and one already
+            # under way has finished (and removed it) by the time the hold is granted.
+            self.holds.hold(key)
             env_dir = self.env_dir(key)
             repaired: str | None = None
             if (env_dir / READY_MARKER).exists():
@@ -319,7 +322,8 @@ class UvEnvironments:
         env_dir = Path(env.path)
         with self._locked(env.key):
             (env_dir / READY_MARKER).unlink(missing_ok=True)
-            (env_dir / "DAMAGED").write_text(reason + "\n")
+            if env_dir.is_dir():  # gone altogether (evicted, deleted): nothing to mark, the next use builds it
+                (env_dir / "DAMAGED").write_text(reason + "\n")
 
     def uv_environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"}}

@@ -94,7 +94,32 @@ def _observe(
         params={**repro.rank_params, **item.launch_params()},
         scan_root=run_dir.path,
     )
-    launch = launcher.launch(request)
+    try:
+        launch = launcher.launch(request)
+    except OSError as exc:
+        # The interpreter or a file the launch needs is gone (another run's cache eviction, a
+        # hand-deleted environment): the environment's trouble, never the run's end.
+        damaged = environments.damage(env) if environments is not None else []
+        reason = (
+            f"the cell's environment changed before the item could start: {describe(damaged)}"
+            if damaged
+            else f"the item could not be started: {type(exc).__name__}: {exc}"
+        )
+        if damaged and environments is not None:
+            environments.invalidate(env, reason)
+            launcher.cell_done(env)
+        return unobserved_record(
+            outcome=Outcome.INFRA,
+            error_type=type(exc).__name__,
+            run_id=run_id,
+            item=item.id,
+            reason=reason,
+            world_size=item.world_size,
+            repro_cmd=repro_cmd,
+            started_at=started,
+            finished_at=now(),
+            **_plan_fields(item),
+        )
     if item.runs_as_written:
         own = None if item.scenario is not None else repro.spec
         observation = classify_scenario(own, launch, known)

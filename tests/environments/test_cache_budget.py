@@ -175,3 +175,68 @@ def test_the_cache_verb_lists_and_prunes(tmp_path: Path, fake_inventory: None) -
     )
     assert pruned.returncode == 0, pruned.stdout + pruned.stderr
     assert [e.cells for e in entries(cache)] == [["night-2"]]
+
+
+def test_an_eviction_racing_a_reuse_never_removes_the_environment_it_hands_out(
+    tmp_path: Path, fake_inventory: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another run evicts (the whole cache over its budget) in the very moment this run has found the
+    environment whole and is about to use it: the environment survives, held, and is what ``get`` returns."""
+    cache = tmp_path / "cache"
+    FakeBuilds(cache, 1).get(night(0), cell="latest")  # built by an earlier run, which has ended
+    reuse = FakeBuilds(cache, 1)
+    original = uv_module.UvEnvironments._reusable
+    evictions = []
+
+    def checked_then_evicted(self: uv_module.UvEnvironments, env_dir: Path) -> tuple[object, str]:
+        found = original(self, env_dir)
+        evictions.append(
+            subprocess.run(  # another run's eviction: a process of its own
+                [
+                    sys.executable,
+                    "-c",
+                    f"from pathlib import Path; from harness.environments.cache import evict_to_fit; "
+                    f"print(len(evict_to_fit(Path({str(cache)!r}), budget=0).removed))",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+        return found
+
+    monkeypatch.setattr(uv_module.UvEnvironments, "_reusable", checked_then_evicted)
+    env = reuse.get(night(0), cell="latest")
+    assert evictions == ["0"], "the other run removed an environment this one was handing out"
+    assert Path(str(env.path)).is_dir() and Path(env.python).exists()
+    assert in_use(cache, reuse.key(night(0)))
+
+
+def test_a_hold_waiting_on_an_eviction_is_taken_on_the_lock_file_that_stays(tmp_path: Path) -> None:
+    """An evictor unlinks an environment's in-use file while it holds it: a hold granted on the
+    unlinked file would protect nothing, so it is taken again on the current one."""
+    import fcntl
+
+    from harness.environments.cache import Holds
+
+    cache = tmp_path / "cache"
+    lock = cache / "envs" / "k.inuse"
+    lock.parent.mkdir(parents=True)
+    evictor = open(lock, "a")  # noqa: SIM115
+    fcntl.flock(evictor, fcntl.LOCK_EX)
+    code = (
+        "from pathlib import Path; from harness.environments.cache import Holds; "
+        f"h = Holds(Path({str(cache)!r})); h.hold('k'); print('held', flush=True); import time; time.sleep(600)"
+    )
+    waiter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # the waiter is blocked on the evictor's lock
+        lock.unlink()
+        evictor.close()
+        assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
+        assert lock.exists() and in_use(cache, "k"), "the hold is on a file nobody else can see"
+    finally:
+        waiter.kill()
+        waiter.wait()
+    assert not in_use(cache, "k")
+    Holds(cache).hold("k")

@@ -117,3 +117,37 @@ def test_an_environment_damaged_between_runs_is_rebuilt_before_the_next_item(tmp
     record, _, _ = observe(tmp_path, damage=False, envs=envs)
     assert record.outcome == "NOT_REPRODUCED"
     assert record.environment_repaired is not None and "peft/__init__.py was modified" in record.environment_repaired
+
+
+class VanishedLauncher(DamagingLauncher):
+    """Another run's eviction removed the environment between the item's planning and its start:
+    starting the interpreter raises what ``subprocess.Popen`` raises."""
+
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        import shutil
+
+        shutil.rmtree(Path(str(request.env.path)))
+        raise FileNotFoundError(2, "No such file or directory", request.env.python)
+
+
+def test_an_environment_gone_before_the_item_started_is_infra_and_the_run_goes_on(tmp_path: Path) -> None:
+    envs = fake_environments(tmp_path)
+    repro = discover().repros["F1"]
+    launcher = VanishedLauncher(damage=False)
+    record = observe_item(
+        run_id="r",
+        item=PlannedItem(CELL, "F1", repro.module, "bug", 2),
+        repro=repro,
+        resolved=envs.for_cell(CELL),
+        run_dir=RunDir(tmp_path / "run"),
+        launcher=launcher,
+        repro_cmd="rerun",
+        environments=envs,
+    )
+    assert record.outcome == "INFRA" and record.error is not None and record.error.type == "FileNotFoundError"
+    assert "changed before the item could start" in record.reasons[0]
+    assert launcher.retired  # the cell's worker goes with it
+    # The next item gets the environment made again.
+    after, _, _ = observe(tmp_path, damage=False, envs=envs)
+    assert after.outcome == "NOT_REPRODUCED"
+    assert envs.uv.builds == 2  # type: ignore[attr-defined]
