@@ -32,7 +32,9 @@ def _fresh_base(scenario: Scenario) -> Any:
         from repros.trainer.quantized import load_quantized_tiny_qwen2
 
         # Loaded as the trained base was (the repack guard changes the CPU 4-bit kernels).
-        return load_quantized_tiny_qwen2(scenario.quantization, no_repack=scenario.bnb_no_repack)
+        return load_quantized_tiny_qwen2(
+            scenario.quantization, no_repack=scenario.bnb_no_repack, quant_storage=scenario.bnb_4bit_quant_storage
+        )
     from repros.trainer.tiny_models import tiny_qwen2
 
     return tiny_qwen2()

@@ -163,11 +163,17 @@ class _FSDP2Engine(_AutocastEngine):
             from repros.trainer.fsdp_loading import full_state_on_rank0
 
             full_state = full_state_on_rank0(model, ctx.rank)
-        policy = mixed_precision_policy(torch.bfloat16) if scenario.bf16 else None
-        for layer in _decoder_layers(model):
-            fully_shard(layer, **({"mp_policy": policy} if policy else {}))
-        root_policy = policy if scenario.fsdp_root_mixed_precision else None
-        fully_shard(model, **({"mp_policy": root_policy} if root_policy else {}))
+        if scenario.fsdp2_accelerate_prepare:
+            from repros.trainer.fsdp2_accelerate import prepare_fsdp2
+
+            model = prepare_fsdp2(model, scenario.bf16, on_cpu=ctx.device_type == "cpu")
+            self.model = model
+        else:
+            policy = mixed_precision_policy(torch.bfloat16) if scenario.bf16 else None
+            for layer in _decoder_layers(model):
+                fully_shard(layer, **({"mp_policy": policy} if policy else {}))
+            root_policy = policy if scenario.fsdp_root_mixed_precision else None
+            fully_shard(model, **({"mp_policy": root_policy} if root_policy else {}))
         if scenario.fsdp2_broadcast_from_rank0:
             from repros.trainer.fsdp_loading import broadcast_from_rank0
 
@@ -303,6 +309,11 @@ def _train_own(effective: Scenario, ctx: RankContext, base: Any = None) -> Train
     model = build_model(effective, base=base)
     ctx.facts["scenario_facts"] = scenario_facts(effective, model)
     engine = _ENGINES[effective.engine](effective, ctx, model)
+    if effective.compile_model:
+        import torch
+
+        # Compiled lazily: inductor compiles (and F19 fails) in the first forward and backward.
+        engine.wrapped = torch.compile(engine.wrapped)
     # Read after wrapping: FSDP2 replaces each parameter with its sharded DTensor.
     adapters = engine.adapters()
     batch = training_batch(effective, ctx.rank).to(ctx.device)

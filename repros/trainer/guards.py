@@ -36,6 +36,16 @@ Guards (each recorded by id, with its reason, in the result):
 - ``peft-model-wrap``: a quantized HF model with an adapter added by ``add_adapter`` goes to
   the engine as a raw HF model, whose ``.to`` transformers refuses (F3); wrap it in a
   ``PeftModel`` instead.
+- ``lora-dropout-off-under-compile``: a compiled model (``torch.compile``, inductor) with LoRA dropout
+  under activation checkpointing fails to compile on CUDA: Triton's MLIR pipeline rejects the kernel
+  inductor makes of the dropout mask recomputed in the backward ("operand #0 does not dominate this
+  use", ``InductorError: RuntimeError: PassManager::run failed``; F19, peft#3020); train the adapters
+  without dropout. Its cost is regularization, not speed.
+- ``bnb-4bit-storage-compute-dtype``: FSDP2 on torch before 2.12 makes every parameter it shards
+  require grad before freezing it again, which bitsandbytes' 4-bit weights in their default ``uint8``
+  storage refuse ("only Tensors of floating point dtype can require gradients"; F14, torch PR #177948;
+  accelerate from 1.14.0, PR #3987, leaves them out of the sharding); store the 4-bit weights in the
+  compute dtype (``bnb_4bit_quant_storage=torch.bfloat16``), as the QLoRA-with-FSDP recipes do.
 - ``bnb-cpu-no-repack``: bitsandbytes on an AVX512-BF16 CPU repacks 4-bit weights in place
   after an eval-mode forward, after which dequantize/merge return wrong weights; turn the
   repacking off on every ``Linear4bit``.
@@ -142,6 +152,12 @@ TRANSFORMERS_Z3_KERNEL_FUNC_CHILD = (Version("5.0.0.dev0"), Version("5.5.4"))
 #: First accelerate release whose FSDP2 ``FULL_STATE_DICT`` adapter-only save gathers the adapter's full
 #: tensors (PR #4206). Established by running F16 (see repros/catalog/f16_fsdp2_adapter_only_rank0_shard.py).
 ACCELERATE_FSDP2_ADAPTER_FULL_SAVE = Version("1.15.0")
+#: torch PR #177948 (2.12.0): FSDP2 builds a sharded parameter with the original's ``requires_grad``
+#: instead of making it require grad first, so a frozen non-float (uint8 4-bit) parameter can be sharded.
+TORCH_FSDP2_NONFLOAT_PARAMS = Version("2.12.0")
+#: accelerate PR #3987 (1.14.0): ``fsdp2_prepare_model`` leaves non-float frozen ``Params4bit`` out of
+#: ``fully_shard`` (its ``ignored_params``).
+ACCELERATE_FSDP2_IGNORES_PARAMS4BIT = Version("1.14.0")
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
@@ -271,6 +287,23 @@ def _zero3_moe_routing_diverges(s: Scenario, v: Versions) -> bool:
     )
 
 
+def _fsdp2_shards_uint8_params4bit(s: Scenario, v: Versions) -> bool:
+    """FSDP2 on torch before PR #177948 would be handed bitsandbytes' uint8 4-bit weights (F14)."""
+    torch = v.get("torch")
+    accelerate = v.get("accelerate")
+    accelerate_ignores_them = (
+        s.fsdp2_accelerate_prepare and accelerate is not None and accelerate >= ACCELERATE_FSDP2_IGNORES_PARAMS4BIT
+    )
+    return (
+        s.engine == "fsdp2"
+        and s.quantization == "nf4"
+        and s.bnb_4bit_quant_storage in (None, "uint8")
+        and torch is not None
+        and torch < TORCH_FSDP2_NONFLOAT_PARAMS
+        and not accelerate_ignores_them
+    )
+
+
 def _zero3_gather_race(s: Scenario, v: Versions) -> bool:
     deepspeed = v.get("deepspeed")
     return (
@@ -390,6 +423,28 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda s, v: bool(s.quantization) and s.peft_wrapping != "peft_model",
         {"peft_wrapping": "peft_model"},
         lambda v: "engines call .to on a raw HF model, which transformers refuses when quantized (F3)",
+    ),
+    GuardRule(
+        "lora-dropout-off-under-compile",
+        "F19",
+        lambda s, v: s.compile_model and s.gradient_checkpointing and s.lora_dropout > 0,
+        {"lora_dropout": 0.0},
+        lambda v: (
+            f"torch {v.get('torch')}: inductor's Triton pipeline fails on a LoRA dropout recomputed under "
+            "checkpointing in a compiled model ('PassManager::run failed', F19, peft#3020; no fix released): train "
+            "the adapters without dropout (lora_dropout=0: less regularization)"
+        ),
+    ),
+    GuardRule(
+        "bnb-4bit-storage-compute-dtype",
+        "F14",
+        _fsdp2_shards_uint8_params4bit,
+        {"bnb_4bit_quant_storage": "bfloat16"},
+        lambda v: (
+            f"torch {v.get('torch')} < {TORCH_FSDP2_NONFLOAT_PARAMS} cannot shard bitsandbytes' uint8 4-bit weights "
+            "with FSDP2 ('only Tensors of floating point dtype can require gradients', F14, torch PR #177948, "
+            "accelerate PR #3987): store them in the compute dtype (bnb_4bit_quant_storage=bfloat16)"
+        ),
     ),
     GuardRule(
         "bnb-cpu-no-repack",

@@ -21,7 +21,9 @@ def build_model(scenario: Scenario, base: Any = None) -> Any:
     elif scenario.quantization:
         from repros.trainer.quantized import load_quantized_tiny_qwen2
 
-        model = load_quantized_tiny_qwen2(scenario.quantization, no_repack=scenario.bnb_no_repack)
+        model = load_quantized_tiny_qwen2(
+            scenario.quantization, no_repack=scenario.bnb_no_repack, quant_storage=scenario.bnb_4bit_quant_storage
+        )
     elif scenario.moe_experts:
         from repros.trainer.tiny_models import tiny_mixtral
 
@@ -65,7 +67,7 @@ def lora_config(scenario: Scenario) -> Any:
         r=scenario.lora_r,
         lora_alpha=scenario.lora_alpha,
         target_modules=list(scenario.target_modules),
-        lora_dropout=0.0,
+        lora_dropout=scenario.lora_dropout,
         use_dora=scenario.adapter == "dora",
         task_type="CAUSAL_LM",
         **extra,
@@ -117,6 +119,10 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
         "peft_autocast_adapter_dtype": scenario.peft_autocast_adapter_dtype,
         "moe_experts": scenario.moe_experts,
         "zero3_moe_leaf_modules": scenario.zero3_moe_leaf_modules,
+        "lora_dropout": scenario.lora_dropout,
+        "compiled": scenario.compile_model,
+        "bnb_4bit_quant_storage": scenario.bnb_4bit_quant_storage if scenario.quantization == "nf4" else None,
+        "fsdp2_accelerate_prepare": scenario.fsdp2_accelerate_prepare if scenario.engine == "fsdp2" else None,
     }
 
 

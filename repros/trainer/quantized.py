@@ -70,16 +70,18 @@ def _unavailable_reason(exc: BaseException) -> str | None:
     return None
 
 
-def _bnb_config(quantization: str) -> Any:
+def _bnb_config(quantization: str, quant_storage: str | None = None) -> Any:
     import torch
     from transformers import BitsAndBytesConfig
 
     if quantization == "nf4":
+        storage = {"bnb_4bit_quant_storage": getattr(torch, quant_storage)} if quant_storage else {}
         return BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_compute_dtype=torch.bfloat16,
             bnb_4bit_use_double_quant=False,
+            **storage,
         )
     return BitsAndBytesConfig(load_in_8bit=True)
 
@@ -107,12 +109,13 @@ def disable_cpu_repack(model: Any) -> tuple[int, int]:
     return touched, seen
 
 
-def load_quantized_tiny_qwen2(quantization: str, no_repack: bool = False) -> Any:
-    """The tiny Qwen2 (random weights) quantized by bitsandbytes: ``nf4`` or ``int8``."""
+def load_quantized_tiny_qwen2(quantization: str, no_repack: bool = False, quant_storage: str | None = None) -> Any:
+    """The tiny Qwen2 (random weights) quantized by bitsandbytes: ``nf4`` or ``int8``; a 4-bit model's
+    packed weights stored as ``quant_storage`` (a torch dtype's name; ``None``: bitsandbytes' ``uint8``)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; known: {QUANTIZATIONS}")
     _LAST_LOAD.clear()
-    _LAST_LOAD.update(quantization=quantization, bitsandbytes=_version("bitsandbytes"))
+    _LAST_LOAD.update(quantization=quantization, bitsandbytes=_version("bitsandbytes"), quant_storage=quant_storage)
 
     import torch
     from transformers import Qwen2ForCausalLM
@@ -140,7 +143,7 @@ def load_quantized_tiny_qwen2(quantization: str, no_repack: bool = False) -> Any
         try:
             model = Qwen2ForCausalLM.from_pretrained(
                 directory,
-                quantization_config=_bnb_config(quantization),
+                quantization_config=_bnb_config(quantization, quant_storage),
                 **{_dtype_kwarg(): torch.bfloat16},
             )
         except (RuntimeError, NotImplementedError, ImportError, ValueError, OSError) as exc:

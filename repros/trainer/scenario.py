@@ -98,6 +98,10 @@ class Scenario:
     #: ZeRO-3 only: DeepSpeed's ``sub_group_size`` (``None``: its default, 1e9 elements).
     zero3_sub_group_size: int | None = None
     bnb_no_repack: bool = False
+    #: 4-bit only: bitsandbytes' ``bnb_4bit_quant_storage``, the dtype the packed weights are stored in
+    #: (``None``: bitsandbytes' default, ``uint8``; ``bfloat16``: the compute dtype, as FSDP needs on torch
+    #: before 2.12, F14).
+    bnb_4bit_quant_storage: str | None = None
     #: ZeRO-3 only: wait on every async all-gather of a coalesced parameter gather, not only the
     #: last (``repros/trainer/zero3_gathers.py``; what DeepSpeed PR #8539 does from 0.19.8 on).
     zero3_wait_every_gather: bool = False
@@ -146,8 +150,17 @@ class Scenario:
     #: ``get_model_state_dict`` and write them on rank 0 instead (what accelerate does from 1.15.0; the
     #: ``fsdp2-adapter-full-state-dict`` guard).
     fsdp2_adapter_full_state_dict: bool = False
+    #: FSDP2 only: shard through accelerate's ``fsdp2_prepare_model`` (what ``Accelerator.prepare`` does
+    #: under an FSDP2 plugin: transformers' ``Trainer``, ``accelerate launch``) rather than the trainer's
+    #: own ``fully_shard`` calls (``repros/trainer/fsdp2_accelerate.py``; F14).
+    fsdp2_accelerate_prepare: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
+    #: PEFT's ``lora_dropout`` (the field's recipes use 0.05-0.1; 0: none, ``nn.Identity``).
+    lora_dropout: float = 0.0
+    #: DDP and FSDP2 only: ``torch.compile`` the wrapped model (inductor, the default backend) before
+    #: training (F19).
+    compile_model: bool = False
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     learning_rate: float = 1e-2
     #: ``None``: the model size's (``repros/trainer/tiny_models.py``).
@@ -165,6 +178,8 @@ class Scenario:
             raise ValueError("trainer_loop 'hf' drives DeepSpeed only")
         if self.save_method not in SAVE_METHODS:
             raise ValueError(f"unknown save_method {self.save_method!r}; known: {SAVE_METHODS}")
+        if self.compile_model and self.engine not in ("ddp", "fsdp2"):
+            raise ValueError("compile_model compiles a DDP or FSDP2 model only")
         unknown_keys = [k for k in self.ds_config_omits if k not in DS_CONFIG_AUTO_KEYS]
         if unknown_keys:
             raise ValueError(f"unknown ds_config_omits {unknown_keys}; known: {DS_CONFIG_AUTO_KEYS}")

@@ -99,6 +99,11 @@ def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> N
     _, records, _, _ = ci_run
     fixed = [r for r in ran(records) if r["mode"] == "fixed"]
     assert {r["repro"] for r in fixed} == catalog_ids()
+    # A failure a CPU cannot show (F19: Triton's compiler) is INFRA on a CPU in both modes, as expected;
+    # every other fixed item passes.
+    cpu_impossible = {(r["cell"], r["repro"]) for r in fixed if r["outcome"] == "INFRA" and r["expected"] == "INFRA"}
+    assert {r["repro"] for r in ran(records) if (r["cell"], r["repro"]) in cpu_impossible} == {"F19"}
+    fixed = [r for r in fixed if (r["cell"], r["repro"]) not in cpu_impossible]
     assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
     # A repro that trains with another library's trainer (F18: TRL's) passes by running to its end
     # and records no losses of its own; every other fixed item trained, its loss falling.
@@ -162,6 +167,10 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
     )
     # DeepSpeed#7615 stops modules_to_save training on deepspeed < 0.19.3 before anything is saved.
     assert find(records, "F9", "bug", deepspeed="0.19.2")["outcome"] == "DIFFERENT_ERROR"
+    # F14 needs torch < 2.12 (a nightly cell); the ci lane runs it where torch shards uint8, clean.
+    assert find(records, "F14", "bug", transformers="5.23.0", deepspeed="0.19.8")["outcome"] == "NOT_REPRODUCED"
+    f19 = find(records, "F19", "bug", transformers="5.23.0", deepspeed="0.19.8")
+    assert f19["outcome"] == "INFRA" and "needs CUDA" in f19["reasons"][0], log
     assert find(records, "F10", "bug", transformers="4.43.0")["signature"] == "F10.vocab-size-0", log
     elsewhere = [r for r in ran(records) if r["repro"] == "F10" and r["versions"]["transformers"] != "4.43.0"]
     assert {r["outcome"] for r in elsewhere if r["mode"] == "bug"} == {"NOT_REPRODUCED"}

@@ -124,6 +124,9 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         (Scenario(engine="fsdp2", bf16=False, fsdp2_trainer_adapter_checkpoint=True), versions(accelerate="1.14.0")),
         # F18: ZeRO-3 on transformers 5.0 .. 5.5.3 (one rotary_fn module shared by every model).
         (Scenario(gradient_checkpointing=False), versions(deepspeed="0.19.8", transformers="5.5.3")),
+        # F14: QLoRA under FSDP2 on torch < 2.12; F19: LoRA dropout, checkpointing and torch.compile.
+        (Scenario(engine="fsdp2", quantization="nf4", gradient_checkpointing=False), versions(torch="2.11.0")),
+        (Scenario(engine="ddp", lora_dropout=0.1, compile_model=True), v),
         # F11: the Trainer's own scheduler (none in the DeepSpeed config); F20: a config leaving out a shared value.
         (Scenario(trainer_loop="hf", zero_stage=2, gradient_checkpointing=False, deepspeed_scheduler=False), v),
         (
