@@ -20,12 +20,20 @@ import secrets
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from harness import __version__
 from harness.config.matrix import Cell
@@ -87,6 +95,7 @@ def options_record(opts: RunOptions) -> StoredOptions:
         repeat=opts.repeat,
         as_of=opts.as_of,
         model=opts.model,
+        families=list(opts.families),
         explore=opts.explore,
     )
 
@@ -166,6 +175,35 @@ def progress_line(record: ItemRecord) -> str:
     elif record.reasons:
         line += f" - {record.reasons[0].splitlines()[0][:160] if record.reasons[0] else ''}"
     return plain(line)
+
+
+#: A run of at least this many items says where it stands every ``PACE_EVERY_ITEMS`` items or
+#: ``PACE_EVERY_S`` seconds, whichever comes first.
+PACE_MIN_ITEMS = 10
+PACE_EVERY_ITEMS = 10
+PACE_EVERY_S = 60.0
+
+
+def pace_text(done: int, total: int, elapsed_s: float) -> str:
+    """Where a long run stands, for a log without the live bar: items done of the total, the rate so
+    far, and when the rest should be done at that rate."""
+    if done <= 0 or elapsed_s <= 0:
+        return f"{done}/{total}"
+    per_minute = 60 * done / elapsed_s
+    left = max(total - done, 0)
+    eta = left / per_minute * 60 if per_minute else 0.0
+    return f"{done}/{total} · {per_minute:.1f} items/min · ETA {_duration(eta)}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 #: Called once a run's reports are written: its records, its run.json, whether it was interrupted;
@@ -334,6 +372,7 @@ class RunSession:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
+                TimeRemainingColumn(),
                 console=self.console,
                 transient=True,
             ) as progress,
@@ -341,12 +380,24 @@ class RunSession:
             if writer.repaired is not None:
                 self._say(f"set aside a torn last line of {writer.path} ({len(writer.repaired)} characters)")
             task = progress.add_task("items", total=len(todo))
+            started = time.monotonic()
+            pace = {"done": 0, "said": started}
 
             def record(item_record: ItemRecord) -> None:
                 writer.append(item_record)
                 self.records.append(item_record)
                 progress.advance(task)
                 self._say(progress_line(item_record))
+                # A log has no live bar: every tenth item, or a minute after the last word, where the run stands.
+                pace["done"] += 1
+                now_s = time.monotonic()
+                if (
+                    len(todo) >= PACE_MIN_ITEMS
+                    and pace["done"] < len(todo)
+                    and (pace["done"] % PACE_EVERY_ITEMS == 0 or now_s - pace["said"] >= PACE_EVERY_S)
+                ):
+                    pace["said"] = now_s
+                    self._say(f"progress: {pace_text(int(pace['done']), len(todo), now_s - started)}")
 
             def running(count: int) -> None:
                 if count:
