@@ -25,6 +25,7 @@ from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.grid_tables import print_grid
+from repros.runtime.families import DEFAULT_FAMILY, FAMILIES
 from repros.runtime.outcomes import Outcome
 from repros.trainer import scenario_item
 
@@ -92,6 +93,25 @@ def regressions(previous: Sequence[ItemRecord], current: Sequence[ItemRecord]) -
     return found
 
 
+def family_restriction(only: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``--only family=F1,F2`` is not an axis of the combinations but of the cells: each selected cell
+    runs in those families (as ``--family``). The other restrictions, and the families named."""
+    rest: list[str] = []
+    families: list[str] = []
+    for text in only:
+        axis, _, values = text.partition("=")
+        if axis.strip() != "family":
+            rest.append(text)
+            continue
+        for value in (v.strip() for v in values.split(",") if v.strip()):
+            if value not in FAMILIES:
+                raise UserError("--only", text, f"unknown family {value!r}", f"use one of: {', '.join(FAMILIES)}")
+            families.append(value)
+        if not values.strip():
+            raise UserError("--only", text, "names no family", f"write it like --only family={DEFAULT_FAMILY},llama")
+    return rest, families
+
+
 def run_grid(opts: RunOptions, only: Sequence[str], out: Path, console: Console, argv: Sequence[str]) -> int:
     """Run the grid's combinations in the selected cells; exit 1 where an expectation did not hold
     or a combination regressed against the previous grid run beside this one."""
@@ -100,6 +120,9 @@ def run_grid(opts: RunOptions, only: Sequence[str], out: Path, console: Console,
         raise UserError(opts.matrix.path, "grid", "the matrix declares no grid", "add a 'grid:' section (see the docs)")
     lane = opts.lane or (None if opts.cells else opts.matrix.default_lane)
     coverage = grid.coverage.get(lane or "", "pairwise")
+    only, families = family_restriction(only)
+    if families:
+        opts = dataclasses.replace(opts, families=tuple(dict.fromkeys((*opts.families, *families))))
     combos = combinations(grid, coverage, restrict(grid, only))
     cells = selected_cells(opts)
     plan = Plan(items=planned(cells, combos))

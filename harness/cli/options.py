@@ -26,6 +26,7 @@ from harness.core.errors import UserError
 from harness.environments import default_cache_dir
 from harness.execution.launchers import LAUNCHERS, default_launcher
 from harness.planning.items import RunOptions
+from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES
 
 
@@ -276,6 +277,16 @@ OPTIONS: dict[str, Option] = {
             choices=("tiny", "small"),
             pytest_flags=("--repro-model",),
         ),
+        Option(
+            "family",
+            ("--family",),
+            "the model families to run every selected cell in, comma-separated (qwen2, llama, mistral, gemma2, "
+            "phi3, qwen2-moe, llava); a cell in another family than its own runs as <cell>@<family>; default: each "
+            "cell's own (matrix 'family:', else qwen2)",
+            kind="csv",
+            metavar="FAMILIES",
+            pytest_flags=("--repro-family",),
+        ),
     )
 }
 
@@ -362,6 +373,10 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -
         "repros_dirs": repros_dirs,
     }
     fields["model"] = values.get("model")
+    fields["families"] = csv(values.get("family"))
+    for family in fields["families"]:
+        if family not in FAMILIES:
+            raise UserError("--family", family, "unknown model family", f"use one of: {', '.join(FAMILIES)}")
     fields["launcher"] = values.get("launcher") or default_launcher()
     fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
     fields["reruns"] = values.get("reruns") or 0

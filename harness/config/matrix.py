@@ -30,6 +30,7 @@ from harness.core.names import one_of, unknown_repro_fix
 from harness.environments import DEFAULT_PROVIDER, PROVIDERS, provider_class
 from harness.environments.passthrough import PassthroughProvider
 from harness.environments.specs import NEWEST
+from repros.runtime.families import DEFAULT_FAMILY
 
 MATRIX_FORMAT_HINT = "see docs/matrix.md, 'matrix.yaml format'"
 #: A matrix is a few kilobytes; anything far larger is a mistake or an attack.
@@ -328,6 +329,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             repros=tuple(cell_repros) if cell_repros is not None else None,
             description=str(raw.get("description", "")),
             model=str(raw.get("model", defaults.get("model", "tiny"))),
+            family=str(raw.get("family", defaults.get("family", DEFAULT_FAMILY))),
             prerelease=bool(raw.get("prerelease", defaults.get("prerelease", False))),
             exclude_packages=_exclusions(path, name, raw, defaults, packages),
         )

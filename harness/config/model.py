@@ -10,6 +10,7 @@ from harness.config.grid import Grid
 from harness.core.errors import UserError
 from harness.environments import DEFAULT_PROVIDER, provider_class
 from harness.environments.specs import floating
+from repros.runtime.families import DEFAULT_FAMILY
 
 DEFAULT_WORLD_SIZE = 2
 DEFAULT_PYTHON = "3.11"
@@ -34,6 +35,11 @@ class Cell:
     origin: str | None = None
     #: The test model's size (``repros/trainer/tiny_models.py``): ``tiny`` or ``small``.
     model: str = "tiny"
+    #: The test model's family (``repros/runtime/families.py``): ``qwen2`` unless the cell or ``--family``
+    #: says otherwise.
+    family: str = DEFAULT_FAMILY
+    #: The matrix cell this one is a family variant of (``--family``): its exclusions hold here too.
+    family_of: str | None = None
     #: Packages kept out of the environment even where a dependency asks for them
     #: (canonical names; uv's ``--excludes``).
     exclude_packages: tuple[str, ...] = ()

@@ -159,7 +159,9 @@ def _observe(
 def _plan_fields(item: PlannedItem) -> dict[str, JsonValue]:
     """What the plan says about the item: explored, the matrix cell a pinned cell came from, and
     the variant or grid combination it runs."""
-    fields: dict[str, JsonValue] = {}
+    fields: dict[str, JsonValue] = {"family": item.cell.family}
+    if item.cell.family_of is not None:
+        fields["family_of"] = item.cell.family_of
     if item.explore:
         fields["explored"] = True
     if item.cell.origin:

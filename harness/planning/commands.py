@@ -41,8 +41,10 @@ def run_command(
     model: str | None = None,
     module: str | None = None,
 ) -> str:
-    args = [*program(), "run", "--matrix", str(Path(matrix).resolve()), "--cells", cell.origin or cell.name]
-    args += ["--repros", repro, "--modes", mode]
+    args = [*program(), "run", "--matrix", str(Path(matrix).resolve())]
+    args += ["--cells", cell.origin or cell.family_of or cell.name, "--repros", repro, "--modes", mode]
+    if cell.family_of is not None:
+        args += ["--family", cell.family]
     for name, spec in pins:
         args += ["--pin", f"{name}{spec}"]
     for directory in repro_dirs_for(repros_dirs, module):
@@ -61,7 +63,9 @@ def repro_command(opts: RunOptions, item: PlannedItem) -> str:
     scenario = item.scenario
     if scenario is not None:
         # A grid combination: the grid, restricted to it, in its cell.
-        args = [*program(), "grid", "--matrix", matrix, "--cells", item.cell.name]
+        args = [*program(), "grid", "--matrix", matrix, "--cells", item.cell.family_of or item.cell.name]
+        if item.cell.family_of is not None:
+            args += ["--family", item.cell.family]
         for axis, value in scenario.items():
             args += ["--only", f"{axis}={value}"]
         if opts.model:
@@ -101,4 +105,6 @@ def selection_command(opts: RunOptions, cells: Sequence[str], repros: Sequence[s
         args += ["--repros-dir", str(directory)]
     if opts.model:
         args += ["--model", opts.model]
+    if opts.families:
+        args += ["--family", ",".join(opts.families)]
     return shlex.join(args)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from harness.config.matrix import Cell, Matrix
 from harness.config.repros import BrokenRepro, Discovery
 from harness.core.errors import UserError
@@ -19,7 +21,8 @@ from harness.core.names import one_of, unknown_repro_fix
 from harness.planning.shards import Shard, assign, durations_from, shard_meta
 from harness.records.item import ItemId
 from harness.records.run_meta import ExcludedItem, ShardMeta
-from repros.runtime.spec import MODES
+from repros.runtime.families import FAMILIES
+from repros.runtime.spec import MODES, ReproSpec
 
 JsonValue = Any
 
@@ -60,6 +63,8 @@ class RunOptions:
     repeat: int = 1
     #: The test model's size for every selected cell (``--model``), over the cells' own.
     model: str | None = None
+    #: The model families to run every selected cell in (``--family``); () : each cell's own family.
+    families: tuple[str, ...] = ()
     #: Explore (``--explore``): every item's observation is a finding, not checked against an
     #: expectation. A repro that declares no expectation for a mode is explored in it anyway.
     explore: bool = False
@@ -96,7 +101,7 @@ class PlannedItem:
 
     def launch_params(self) -> dict[str, JsonValue]:
         """What the ranks are told (``ctx.params``): the cell's model size, the variant or combination."""
-        params: dict[str, JsonValue] = {"model": self.cell.model}
+        params: dict[str, JsonValue] = {"model": self.cell.model, "family": self.cell.family}
         if self.variant is not None:
             params["variant"] = self.variant
         if self.scenario is not None:
@@ -129,6 +134,31 @@ def pinned_cell(cell: Cell, pins: tuple[tuple[str, str], ...]) -> Cell:
     )
 
 
+def family_cell(cell: Cell, family: str) -> Cell:
+    """``cell`` training ``family``'s model: itself where that is its own family, else a variant named
+    ``<cell>@<family>`` that keeps the cell's exclusions."""
+    if family not in FAMILIES:
+        raise UserError("--family", family, "unknown model family", f"use one of: {', '.join(FAMILIES)}")
+    if family == cell.family:
+        return cell
+    return dataclasses.replace(cell, name=f"{cell.name}@{family}", family=family, family_of=cell.family_of or cell.name)
+
+
+def family_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
+    """Why ``spec`` cannot run in ``cell``'s family, or None: a transformers pinned before the family
+    existed, or a failure the family cannot have."""
+    family = FAMILIES[cell.family]
+    pinned = cell.packages.get("transformers", "")
+    if pinned.startswith("==") and not pinned.endswith("*"):
+        try:
+            if Version(pinned[2:]) < Version(family.min_transformers):
+                return f"transformers {pinned[2:]} predates {family.name} (first in {family.min_transformers})"
+        except InvalidVersion:
+            pass
+    why = spec.impossible_in.get(cell.family)
+    return f"cannot occur in {cell.family}: {why}" if why else None
+
+
 def broken_label(cell: Cell, broken: BrokenRepro) -> str:
     return ItemId(cell.name, broken.id, "bug").label()
 
@@ -150,6 +180,8 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
         cells = [pinned_cell(c, opts.pins) for c in cells if c.installs_packages]
     if opts.model:
         cells = [dataclasses.replace(c, model=opts.model) for c in cells]
+    if opts.families:
+        cells = [family_cell(c, family) for c in cells for family in opts.families]
     if opts.as_of:
         cells = [dataclasses.replace(c, as_of=opts.as_of) for c in cells]
     return cells
@@ -196,11 +228,10 @@ def plan_items(opts: RunOptions) -> Plan:
             for mode in repro.spec.modes:
                 if mode not in opts.modes:
                     continue
-                exclusion = opts.matrix.exclusion(cell.name, repro_id, mode)
-                if exclusion is not None:
-                    plan.excluded.append(
-                        ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=exclusion.reason)
-                    )
+                exclusion = opts.matrix.exclusion(cell.family_of or cell.name, repro_id, mode)
+                reason = exclusion.reason if exclusion is not None else family_exclusion(cell, repro.spec)
+                if reason is not None:
+                    plan.excluded.append(ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=reason))
                     continue
                 world_size = repro.spec.world_size or cell.world_size
                 explore = opts.explore or not any(e.mode == mode for e in repro.spec.expectations)

@@ -192,6 +192,10 @@ class ItemRecord(BaseModel):
     figures: dict[str, Figure] = Field(default_factory=dict)
     #: The test model's size the item ran at (``tiny`` or ``small``).
     model: str = "tiny"
+    #: The test model's family the item ran (``repros/runtime/families.py``).
+    family: str = "qwen2"
+    #: The matrix cell a family variant (``<cell>@<family>``, ``--family``) was made from.
+    family_of: str | None = None
     #: ``costs``: the workaround variant this item ran (its record's ``mode`` is the same name).
     variant: str | None = None
     #: ``grid``: the combination this item ran, axis -> value.

@@ -23,6 +23,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from harness import __version__
+from harness.core.names import natural_key
 from harness.records.changes import VERDICTS, Change
 from harness.records.item import ItemRecord, counts_text
 from harness.records.results import Records
@@ -137,8 +138,12 @@ def _matrix(
     seen = set(keys)
     unrun = {(cell, repro, mode): None for cell, repro, mode in (p.split("/", 2) for p in planned if p.count("/") >= 2)}
     keys += [k for k in unrun if k not in seen]
-    cells = list(dict.fromkeys(k[0] for k in keys))
-    rows = list(dict.fromkeys((k[1], k[2]) for k in keys))
+    # Repros in natural order (F2 before F10), modes as first met; a cell's family variants
+    # (``<cell>@<family>``) beside it, cells otherwise as first met.
+    first_cells = list(dict.fromkeys(k[0].partition("@")[0] for k in keys))
+    cells = sorted(dict.fromkeys(k[0] for k in keys), key=lambda c: (first_cells.index(c.partition("@")[0]), c))
+    modes = list(dict.fromkeys(k[2] for k in keys))
+    rows = sorted(dict.fromkeys((k[1], k[2]) for k in keys), key=lambda row: (natural_key(row[0]), modes.index(row[1])))
     by_key = {r.key: (i, r) for i, r in enumerate(records)}
     excluded_by = {(e.cell, e.repro, e.mode): e for e in excluded}
     table = []
@@ -234,6 +239,7 @@ def report_parts(
         )
         if total > PLOT_ITEMS
     }
+    cell_families = {r.cell: r.family for r in records}
     template = _environment().get_template("report.html.j2")
     return template.generate(
         run=meta,
@@ -241,6 +247,8 @@ def report_parts(
         run_id=meta.run_id or (records[0].run_id if records else "") or "unknown run",
         records=records,
         cells=cells,
+        cell_families=cell_families,
+        families=sorted(set(cell_families.values())),
         table=table,
         mismatches=[(i, r) for i, r in enumerate(records) if r.counts_against],
         explored=[(i, r) for i, r in enumerate(records) if r.is_finding and not r.matched],

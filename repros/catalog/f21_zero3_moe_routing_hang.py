@@ -14,6 +14,10 @@ expert) and its children get no hooks; PR #7604 (0.18.0) marks Mixtral's, Qwen2-
 Qwen3-MoE's blocks leaves by default (``zero_optimization.leaf_module``). transformers 5 keeps a
 layer's experts in one module (3D weights), gathered whole whatever the routing.
 
+Families: in the default family (``qwen2``, dense) the repro trains a Mixtral; in ``qwen2-moe`` the
+family's own Qwen2-MoE with as many experts (``moe_test_model``), whose transformers 4.x block also
+calls only the experts with tokens; the other families are dense and cannot have it.
+
 bug:   a tiny Mixtral (the test model's widths, 2 layers of 32 experts, 2 per token), LoRA r=8 on
        q/v, bf16, ZeRO-3 with every parameter partitioned (a real model's experts are far above
        the persistence threshold), each rank its own batch of 32 tokens (so each rank leaves some
@@ -73,6 +77,9 @@ def moe_without_leaf_modules(facts: Mapping[str, Any]) -> bool:
     )
 
 
+#: Why a dense family cannot have it (the default family's run trains a Mixtral instead).
+_DENSE = "a dense model: every rank runs the same MLP weights whatever its tokens route to, so its gathers always pair"
+
 SPEC = ReproSpec(
     id="F21",
     title="ZeRO-3 mixture-of-experts: ranks that route tokens to different experts hang",
@@ -123,6 +130,7 @@ SPEC = ReproSpec(
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
+    impossible_in={family: _DENSE for family in ("llama", "mistral", "gemma2", "phi3", "llava")},
     description=__doc__ or "",
 )
 
@@ -136,7 +144,7 @@ def run(ctx: RankContext) -> None:
     from repros.trainer.fixed_trainer import train
     from repros.trainer.model import training_batch
     from repros.trainer.moe import check_gathers_in_step, experts_routed
-    from repros.trainer.tiny_models import tiny_mixtral
+    from repros.trainer.tiny_models import moe_test_model
     from repros.trainer.variants import scenario_for
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
@@ -144,7 +152,7 @@ def run(ctx: RankContext) -> None:
     sized = replace(
         scenario, batch_size=scenario.batch_size or size.batch_size, seq_len=scenario.seq_len or size.seq_len
     )
-    mine = experts_routed(tiny_mixtral(scenario.moe_experts), training_batch(sized, ctx.rank))
+    mine = experts_routed(moe_test_model(scenario.moe_experts), training_batch(sized, ctx.rank))
     every: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(every, mine)
     ctx.facts["moe_routing"] = [

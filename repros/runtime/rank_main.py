@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from repros.runtime.context import Meters, RankContext, installed_versions
+from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
 from repros.runtime.model_size import use_size
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 record["nccl_version"] = None
         write_rank_record(item_dir, rank, record)
         size = use_size(str(params.get("model") or "tiny"))
+        family = use_family(str(params.get("family") or DEFAULT_FAMILY))
         ctx = RankContext(
             rank=rank,
             local_rank=local_rank,
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             params=params,
         )
         record["model"] = size.name
+        record["family"] = family.name
         record["phase"] = "run"
         write_rank_record(item_dir, rank, record)
         repro.run(ctx)

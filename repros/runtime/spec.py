@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repros.runtime.families import FAMILIES
 from repros.runtime.outcomes import BY_MODE
 
 #: Modes a repro can run in. ``bug`` runs the documented configuration, ``fixed``
@@ -144,6 +145,10 @@ class ReproSpec:
     variants: tuple[Variant, ...] = ()
     #: What makes a ``fixed`` run a PASS (one of ``PASS_RULES``).
     pass_rule: str = "trained"
+    #: Model families (``repros/runtime/families.py``) where the failure cannot occur, each with why
+    #: (a dense model has no experts to route; a model without fused projections...). Items of such a
+    #: family are excluded with that reason; every other family runs.
+    impossible_in: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
@@ -187,6 +192,11 @@ class ReproSpec:
             raise ValueError(f"{self.id}: steps and warmup_steps must be whole numbers, warmup_steps >= 0")
         if self.steps <= self.warmup_steps:
             raise ValueError(f"{self.id}: steps must exceed warmup_steps")
+        unknown_families = [f for f in self.impossible_in if f not in FAMILIES]
+        if unknown_families:
+            raise ValueError(
+                f"{self.id}: impossible_in names unknown families {unknown_families}; known: {list(FAMILIES)}"
+            )
         if self.pass_rule not in PASS_RULES:
             raise ValueError(f"{self.id}: pass_rule {self.pass_rule!r} is not one of {PASS_RULES}")
         names = [v.name for v in self.variants]

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from repros.trainer.model import lora_config
+from repros.trainer.model import lora_config, target_modules_for
 from repros.trainer.silent_failures import ReloadedAdapterDiffers
 
 #: Largest |logit difference| between the reloaded and the trained adapter that still counts as the
@@ -67,9 +67,11 @@ def save_base_checkpoint(work: Path) -> Path:
 
 
 def load_base(base_dir: Path) -> Any:
-    from transformers import AutoModelForCausalLM
+    """The base checkpoint loaded with the item's family's class (``AutoModelForCausalLM`` does not map a
+    VLM's config) and the attention implementation the family trains with."""
+    from repros.trainer.tiny_models import load_pretrained
 
-    return AutoModelForCausalLM.from_pretrained(str(base_dir))
+    return load_pretrained(str(base_dir))
 
 
 @contextmanager
@@ -160,18 +162,20 @@ def reload_and_compare(scenario: Any, base_dir: Path, adapter_dir: Path, trained
     import torch
     from peft import PeftModel, get_peft_model
 
-    from repros.trainer.tiny_models import fixed_batch
+    from repros.trainer.tiny_models import fixed_batch, model_inputs
 
     batch = fixed_batch(0, scenario.batch_size, scenario.seq_len)
+    inputs = model_inputs(batch)
     with torch.no_grad():
-        base_logits = load_base(base_dir).eval()(input_ids=batch).logits.float()
-        reference = get_peft_model(load_base(base_dir), lora_config(scenario)).eval()
+        base_logits = load_base(base_dir).eval()(**inputs).logits.float()
+        fresh = load_base(base_dir)
+        reference = get_peft_model(fresh, lora_config(scenario, target_modules_for(fresh, scenario))).eval()
         result = reference.load_state_dict(trained, strict=False)
         if result.unexpected_keys:
             raise RuntimeError(f"the trained state does not fit a fresh PEFT model: {result.unexpected_keys[:3]}")
-        trained_logits = reference(input_ids=batch).logits.float()
+        trained_logits = reference(**inputs).logits.float()
         reloaded = PeftModel.from_pretrained(load_base(base_dir), str(adapter_dir)).eval()
-        reloaded_logits = reloaded(input_ids=batch).logits.float()
+        reloaded_logits = reloaded(**inputs).logits.float()
     to_trained = float((reloaded_logits - trained_logits).abs().max())
     to_base = float((reloaded_logits - base_logits).abs().max())
     trained_vs_base = float((trained_logits - base_logits).abs().max())

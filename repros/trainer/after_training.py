@@ -44,8 +44,10 @@ def _logits(model: Any, batch: Any, bf16: bool) -> Any:
     import torch
 
     model.eval()
+    from repros.trainer.tiny_models import model_inputs
+
     with torch.no_grad(), torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=bf16):
-        return model(input_ids=batch).logits.float().cpu()
+        return model(**model_inputs(batch)).logits.float().cpu()
 
 
 def _tolerance(scenario: Scenario) -> float:
@@ -77,11 +79,13 @@ def reference_logits(trained: Any, scenario: Scenario) -> Any:
     casts the weights; DDP and FSDP train under autocast when bf16, in float32 otherwise)."""
     import torch
 
+    from repros.trainer.tiny_models import model_inputs
+
     wrapped, batch = trained.wrapped, trained.batch
     wrapped.eval()
     autocast = scenario.bf16 and trained.engine != "deepspeed"
     with torch.no_grad(), torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=autocast):
-        return wrapped(input_ids=batch).logits.float().cpu()
+        return wrapped(**model_inputs(batch)).logits.float().cpu()
 
 
 def save_reload(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> None:
@@ -115,7 +119,8 @@ def merge(trained: Any, scenario: Scenario, ctx: Any, facts: dict[str, Any]) -> 
     gathered = gather_full(trained.model, ctx.rank == 0)  # a collective under ZeRO-3
     if gathered is not None:
         _, full = gathered
-        merged = merge_copy(trained.model, full)
+        # The copy is the item's family's model (what was trained), not the sync engine's Qwen2 layout.
+        merged = merge_copy(trained.model, full, base_factory=tiny_qwen2)
         model = tiny_qwen2().float()
         with torch.no_grad():
             for name, param in model.named_parameters():

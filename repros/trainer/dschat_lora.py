@@ -46,7 +46,8 @@ def _lora_linear_class() -> Any:
 
 
 def convert_linear_layer_to_lora(model: Any, target_modules: Iterable[str], lora_dim: int) -> Any:
-    """Replace every ``nn.Linear`` whose name ends with one of ``target_modules``."""
+    """Replace every ``nn.Linear`` whose name ends with one of ``target_modules`` (a name's last component,
+    as DeepSpeed-Chat matches; or its full module name, as the ``family-target-modules`` guard resolves a VLM's)."""
     from torch import nn
 
     lora_linear = _lora_linear_class()
@@ -54,7 +55,7 @@ def convert_linear_layer_to_lora(model: Any, target_modules: Iterable[str], lora
     names = [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in targets
+        if isinstance(module, nn.Linear) and (name.rsplit(".", 1)[-1] in targets or name in targets)
     ]
     for name in names:
         parent_name, _, child = name.rpartition(".")

@@ -23,6 +23,7 @@ from repros.trainer.guards import Guard, apply_guards
 from repros.trainer.hf_trainer import train_hf
 from repros.trainer.model import Trained, adapter_parameters, build_model, json_number, scenario_facts, training_batch
 from repros.trainer.scenario import Scenario
+from repros.trainer.tiny_models import is_decoder_layer, model_inputs
 
 # --------------------------------------------------------------------------- engines
 
@@ -38,7 +39,7 @@ class _Engine:
         self.scenario, self.ctx, self.model = scenario, ctx, model
 
     def forward(self, batch: Any) -> Any:
-        return self.wrapped(input_ids=batch, labels=batch).loss
+        return self.wrapped(**model_inputs(batch, labels=True)).loss
 
     def backward(self, loss: Any) -> None:
         loss.backward()
@@ -126,7 +127,7 @@ class _AutocastEngine(_Engine):
         import torch
 
         with torch.autocast(self.ctx.device_type, dtype=torch.bfloat16, enabled=self._autocast):
-            return self.wrapped(input_ids=batch, labels=batch).loss
+            return self.wrapped(**model_inputs(batch, labels=True)).loss
 
 
 class _DDPEngine(_AutocastEngine):
@@ -227,8 +228,10 @@ class _FSDP1Engine(_AutocastEngine):
 
 
 def _decoder_layers(model: Any) -> Iterator[Any]:
+    """The language model's decoder layers, each FSDP2's unit (``tiny_models.is_decoder_layer``: every
+    family's; a VLM's frozen vision tower stays in the root's unit)."""
     for module in model.modules():
-        if type(module).__name__.endswith("DecoderLayer"):
+        if is_decoder_layer(module):
             yield module
 
 

@@ -35,7 +35,9 @@ def auto_wrap_policy(wrap: str, model: Any) -> Any:
         return fsdp_auto_wrap_policy(model)
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    layer_classes = {type(m) for m in model.modules() if type(m).__name__.endswith("DecoderLayer")}
+    from repros.trainer.tiny_models import is_decoder_layer
+
+    layer_classes = {type(m) for m in model.modules() if is_decoder_layer(m)}
     return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layer_classes)
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 def decoder_layer_classes(model: Any) -> list[str]:
     """The class names of the model's decoder layers (the plugin's ``transformer_cls_names_to_wrap``)."""
-    return sorted({type(m).__name__ for m in model.modules() if type(m).__name__.endswith("DecoderLayer")})
+    from repros.trainer.tiny_models import is_decoder_layer
+
+    return sorted({type(m).__name__ for m in model.modules() if is_decoder_layer(m)})
 
 
 def prepare_fsdp2(model: Any, bf16: bool, on_cpu: bool) -> Any:

@@ -65,7 +65,15 @@ Guards (each recorded by id, with its reason, in the result):
   (transformers 4.x) gathers only the experts its rank's tokens reach; ranks that route differently
   issue different all-gathers and hang (F21, DeepSpeed#4808); mark the MoE blocks leaf modules
   (``deepspeed.utils.set_z3_leaf_modules``), as DeepSpeed itself does for Mixtral and Qwen2/3-MoE from
-  0.18.0 on (PR #7604).
+  0.18.0 on (PR #7604). It applies to a Mixtral scenario (``moe_experts``) and to an item of an MoE
+  family (Qwen2-MoE: its ``Qwen2MoeSparseMoeBlock`` is marked leaf).
+- ``family-target-modules``: LoRA target names written for a Llama mean something else, or nothing, in
+  another family: Phi-3 fuses query, key and value into ``qkv_proj`` and gate and up into
+  ``gate_up_proj`` (PEFT raises only when no name matches; with ``o_proj``/``down_proj`` among them it
+  silently adapts those alone), and a LLaVA's CLIP tower has ``q_proj``/``v_proj`` too, so the plain
+  names put adapters on the frozen vision tower; resolve the names per family
+  (``repros/trainer/targets.py``). In every mode a name that matches no module is an error
+  (``TargetModulesMatchNothing``), never a LoRA on nothing.
 - ``zero3-wait-every-gather``: DeepSpeed before 0.19.8 waits only on the last of the async
   all-gathers of a coalesced ZeRO-3 parameter gather; on gloo they run unordered on threads of
   their own, so a parameter can be read before its gather arrived (F17, DeepSpeed PR #8539): wait
@@ -111,6 +119,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from repros.trainer.scenario import Scenario
+from repros.trainer.targets import resolution_changes
 
 #: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
 #: frozen params"). Established by running F1 (see repros/catalog/f1_zero3_frozen_ckpt.py).
@@ -278,7 +287,7 @@ def _zero3_moe_routing_diverges(s: Scenario, v: Versions) -> bool:
     return (
         s.engine == "deepspeed"
         and s.zero_stage == 3
-        and s.moe_experts > 0
+        and (s.moe_experts > 0 or s.model_family().moe)
         and not s.zero3_moe_leaf_modules
         and deepspeed is not None
         and deepspeed < DEEPSPEED_Z3_MOE_DEFAULT_LEAF
@@ -302,6 +311,10 @@ def _fsdp2_shards_uint8_params4bit(s: Scenario, v: Versions) -> bool:
         and torch < TORCH_FSDP2_NONFLOAT_PARAMS
         and not accelerate_ignores_them
     )
+
+
+def _family_targets_unresolved(s: Scenario, v: Versions) -> bool:
+    return not s.family_targets and resolution_changes(s.model_family(), s.target_modules)
 
 
 def _zero3_gather_race(s: Scenario, v: Versions) -> bool:
@@ -499,6 +512,16 @@ GUARDS: tuple[GuardRule, ...] = (
             f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MOE_DEFAULT_LEAF} with transformers "
             f"{v.get('transformers')} gathers only the experts a rank's tokens reach: ranks that route "
             "differently hang (F21, DeepSpeed#4808)"
+        ),
+    ),
+    GuardRule(
+        "family-target-modules",
+        "",
+        _family_targets_unresolved,
+        {"family_targets": True},
+        lambda v: (
+            "LoRA target names written for a Llama miss or over-reach in this family (Phi-3's fused qkv_proj and "
+            "gate_up_proj; a VLM's CLIP tower has q_proj/v_proj too): resolved per family"
         ),
     ),
     GuardRule(

@@ -29,6 +29,7 @@ from repros.runtime.context import RankContext
 from repros.trainer import adapter_io
 from repros.trainer.model import Trained, adapter_parameters, build_model, json_number, scenario_facts, training_batch
 from repros.trainer.scenario import Scenario
+from repros.trainer.tiny_models import model_inputs
 
 
 def trainer_deepspeed_config(scenario: Scenario) -> dict[str, Any]:
@@ -187,14 +188,14 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
     ctx.facts["scenario_facts"] = scenario_facts(scenario, model)
     adapters = adapter_parameters(model)
     batch = training_batch(scenario, ctx.rank)
+    inputs = model_inputs(batch, labels=True)
 
     class _FixedBatch(Dataset):
         def __len__(self) -> int:
             return ctx.steps * batch_size * scenario.gradient_accumulation_steps
 
         def __getitem__(self, i: int) -> dict[str, Any]:
-            row = batch[i % batch_size]
-            return {"input_ids": row, "labels": row}
+            return {key: value[i % batch_size] for key, value in inputs.items()}
 
     losses: list[float] = []
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}

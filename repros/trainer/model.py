@@ -10,6 +10,7 @@ from typing import Any
 
 from repros.trainer.guards import checkpoints_reentrantly
 from repros.trainer.scenario import Scenario
+from repros.trainer.targets import matches, resolve_targets
 from repros.trainer.tiny_models import VOCAB_SIZE, fixed_batch, tiny_qwen2
 
 
@@ -25,9 +26,9 @@ def build_model(scenario: Scenario, base: Any = None) -> Any:
             scenario.quantization, no_repack=scenario.bnb_no_repack, quant_storage=scenario.bnb_4bit_quant_storage
         )
     elif scenario.moe_experts:
-        from repros.trainer.tiny_models import tiny_mixtral
+        from repros.trainer.tiny_models import moe_test_model
 
-        model = tiny_mixtral(scenario.moe_experts)
+        model = moe_test_model(scenario.moe_experts)
     else:
         model = tiny_qwen2()
     if scenario.use_cache is not None:
@@ -38,13 +39,14 @@ def build_model(scenario: Scenario, base: Any = None) -> Any:
     checkpointing_first = scenario.gradient_checkpointing and scenario.checkpointing_before_adapter
     if checkpointing_first:
         _enable_checkpointing(model, scenario)
+    targets = target_modules_for(model, scenario)
     if scenario.lora_impl == "dschat":
         from repros.trainer.dschat_lora import convert_linear_layer_to_lora, only_optimize_lora_parameters
 
-        model = convert_linear_layer_to_lora(model, scenario.target_modules, scenario.lora_r)
+        model = convert_linear_layer_to_lora(model, targets, scenario.lora_r)
         model = only_optimize_lora_parameters(model)
     else:
-        model = _attach_peft_adapter(model, scenario)
+        model = _attach_peft_adapter(model, scenario, targets)
     if scenario.gradient_checkpointing and not checkpointing_first:
         _enable_checkpointing(model, scenario)
     if scenario.input_require_grads:
@@ -59,14 +61,42 @@ def _enable_checkpointing(model: Any, scenario: Scenario) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": scenario.use_reentrant})
 
 
-def lora_config(scenario: Scenario) -> Any:
+def target_modules_for(model: Any, scenario: Scenario) -> list[str]:
+    """The ``target_modules`` the adapter on ``model`` gets: the scenario's names as written, or resolved for
+    the family (``family_targets``, the ``family-target-modules`` guard); raises ``TargetModulesMatchNothing``
+    where a name matches no module of the model (``repros/trainer/targets.py``), except a PEFT list as written
+    of which no name matches at all: PEFT refuses that one itself, and its own error is what users meet."""
+    from torch import nn
+
+    modules = [name for name, _ in model.named_modules() if name]
+    linears = [name for name, module in model.named_modules() if name and isinstance(module, nn.Linear)]
+    if (
+        scenario.lora_impl == "peft"
+        and not scenario.family_targets
+        and not any(matches(m, n) for n in scenario.target_modules for m in modules)
+    ):
+        # Not one name matches: PEFT refuses the list itself ("Target modules ... not found in the base
+        # model"), the error users meet; only a list that partly matches is PEFT's silence, checked below.
+        return list(scenario.target_modules)
+    return resolve_targets(
+        scenario.model_family(),
+        scenario.target_modules,
+        modules,
+        per_family=scenario.family_targets,
+        linear_names=linears,
+    )
+
+
+def lora_config(scenario: Scenario, target_modules: list[str] | None = None) -> Any:
+    """PEFT's ``LoraConfig`` for the scenario, on ``target_modules`` (``target_modules_for``; default: the
+    scenario's names as written)."""
     from peft import LoraConfig
 
     extra = {"modules_to_save": list(scenario.modules_to_save)} if scenario.modules_to_save else {}
     return LoraConfig(
         r=scenario.lora_r,
         lora_alpha=scenario.lora_alpha,
-        target_modules=list(scenario.target_modules),
+        target_modules=list(scenario.target_modules) if target_modules is None else list(target_modules),
         lora_dropout=scenario.lora_dropout,
         use_dora=scenario.adapter == "dora",
         task_type="CAUSAL_LM",
@@ -74,10 +104,10 @@ def lora_config(scenario: Scenario) -> Any:
     )
 
 
-def _attach_peft_adapter(model: Any, scenario: Scenario) -> Any:
+def _attach_peft_adapter(model: Any, scenario: Scenario, targets: list[str]) -> Any:
     from peft import get_peft_model
 
-    lora = lora_config(scenario)
+    lora = lora_config(scenario, targets)
     if scenario.peft_wrapping == "add_adapter":
         model.add_adapter(lora)
         return model
@@ -95,6 +125,8 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
     embedding = model.get_input_embeddings()
     return {
         "engine": scenario.engine,
+        "family": scenario.model_family().name,
+        "family_targets": scenario.family_targets,
         "adapter": scenario.adapter,
         "lora_impl": scenario.lora_impl,
         "quantization": scenario.quantization,

@@ -1,4 +1,4 @@
-"""The tiny Qwen2 of ``tiny_models`` quantized by bitsandbytes, loaded the way users load one.
+"""The test model of ``tiny_models`` (the item's family) quantized by bitsandbytes, loaded the way users load one.
 
 The random-weight model is saved to a temporary directory and loaded back with
 ``from_pretrained(..., quantization_config=BitsAndBytesConfig(...))``: transformers' own
@@ -109,18 +109,33 @@ def disable_cpu_repack(model: Any) -> tuple[int, int]:
     return touched, seen
 
 
+def _untied_state(model: Any) -> dict[str, Any]:
+    """``model``'s state dict with each shared tensor once (the first name: a tied model's
+    ``embed_tokens``, not its ``lm_head``), as ``save_pretrained`` writes it: safetensors refuses
+    tensors that share memory, and ``from_pretrained`` ties them again from the config."""
+    state: dict[str, Any] = {}
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor.contiguous()
+    return state
+
+
 def load_quantized_tiny_qwen2(quantization: str, no_repack: bool = False, quant_storage: str | None = None) -> Any:
-    """The tiny Qwen2 (random weights) quantized by bitsandbytes: ``nf4`` or ``int8``; a 4-bit model's
-    packed weights stored as ``quant_storage`` (a torch dtype's name; ``None``: bitsandbytes' ``uint8``)."""
+    """The test model of the item's family (random weights) quantized by bitsandbytes: ``nf4`` or ``int8``; a
+    4-bit model's packed weights stored as ``quant_storage`` (a torch dtype's name; ``None``: bitsandbytes'
+    ``uint8``)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; known: {QUANTIZATIONS}")
     _LAST_LOAD.clear()
     _LAST_LOAD.update(quantization=quantization, bitsandbytes=_version("bitsandbytes"), quant_storage=quant_storage)
 
     import torch
-    from transformers import Qwen2ForCausalLM
 
-    from repros.trainer.tiny_models import tiny_qwen2
+    from repros.trainer.tiny_models import load_pretrained, tiny_qwen2
 
     try:
         import bitsandbytes  # noqa: F401 - a release that cannot load here says so on import
@@ -137,11 +152,11 @@ def load_quantized_tiny_qwen2(quantization: str, no_repack: bool = False, quant_
         from safetensors.torch import save_file
 
         base.config.save_pretrained(directory)
-        state = {name: tensor.contiguous() for name, tensor in base.state_dict().items()}
+        state = _untied_state(base)
         save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
         del base, state
         try:
-            model = Qwen2ForCausalLM.from_pretrained(
+            model = load_pretrained(
                 directory,
                 quantization_config=_bnb_config(quantization, quant_storage),
                 **{_dtype_kwarg(): torch.bfloat16},

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from repros.runtime.families import FAMILIES, Family, current_family
+
 ENGINES = ("deepspeed", "fsdp2", "ddp", "fsdp1")
 #: FSDP1 auto-wrap policies: each decoder layer a unit (``transformer_auto_wrap_policy``), the
 #: whole model one unit, or PEFT's ``fsdp_auto_wrap_policy`` (each LoRA layer a unit of its own).
@@ -162,6 +164,12 @@ class Scenario:
     #: training (F19).
     compile_model: bool = False
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    #: The model family (``repros/runtime/families.py``); ``None``: the item's (``current_family()``, which the
+    #: rank sets from the item's params). Set it to judge a scenario for another family (the guards' tests).
+    family: str | None = None
+    #: Resolve ``target_modules`` for the family (``repros/trainer/targets.py``: Phi-3's fused projections, a
+    #: VLM's language model only) rather than use the names as written (the ``family-target-modules`` guard).
+    family_targets: bool = False
     learning_rate: float = 1e-2
     #: ``None``: the model size's (``repros/trainer/tiny_models.py``).
     batch_size: int | None = None
@@ -180,6 +188,12 @@ class Scenario:
             raise ValueError(f"unknown save_method {self.save_method!r}; known: {SAVE_METHODS}")
         if self.compile_model and self.engine not in ("ddp", "fsdp2"):
             raise ValueError("compile_model compiles a DDP or FSDP2 model only")
+        if self.family is not None and self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r}; known: {', '.join(FAMILIES)}")
         unknown_keys = [k for k in self.ds_config_omits if k not in DS_CONFIG_AUTO_KEYS]
         if unknown_keys:
             raise ValueError(f"unknown ds_config_omits {unknown_keys}; known: {DS_CONFIG_AUTO_KEYS}")
+
+    def model_family(self) -> Family:
+        """The family this scenario trains: its own ``family``, else the item's."""
+        return FAMILIES[self.family] if self.family is not None else current_family()

@@ -65,3 +65,9 @@ class LossNotFinite(Exception):
 class SavedAdapterIncomplete(Exception):
     """A checkpoint of the adapter was written without an error, but a tensor in it is not the trained
     adapter's full tensor (a shard of it, or other values)."""
+
+
+class TargetModulesMatchNothing(ValueError):
+    """A LoRA target name matches no module of the model: the adapter would silently leave that part out
+    (PEFT raises only when no name at all matches; DeepSpeed-Chat's LoRA never does). The harness refuses
+    to train and report a LoRA on nothing."""

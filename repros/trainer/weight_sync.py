@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from repros.trainer.tiny_models import VOCAB_SIZE, tiny_qwen2
+from repros.trainer.tiny_models import VOCAB_SIZE, model_inputs, tiny_qwen2
 
 #: The engine model's attention heads (see ``engine_tiny_qwen2``).
 ENGINE_ATTENTION_HEADS = 2
@@ -121,13 +121,11 @@ def engine_tiny_qwen2(seed: int = 0) -> Any:
     """``tiny_qwen2(seed)`` with ``ENGINE_ATTENTION_HEADS`` heads and ``ENGINE_KV_HEADS`` KV heads:
     the same parameters (names, shapes, tensors), split into heads of 32 instead of 16."""
     base = tiny_qwen2(seed)
-    config = type(base.config)(
-        **{
-            **base.config.to_dict(),
-            "num_attention_heads": ENGINE_ATTENTION_HEADS,
-            "num_key_value_heads": ENGINE_KV_HEADS,
-        }
-    )
+    heads: dict[str, Any] = {"num_attention_heads": ENGINE_ATTENTION_HEADS, "num_key_value_heads": ENGINE_KV_HEADS}
+    if getattr(base.config, "head_dim", None) is not None:
+        # A family whose config names its head width (Gemma-2): the same projections, wider heads.
+        heads["head_dim"] = base.config.hidden_size // ENGINE_ATTENTION_HEADS
+    config = type(base.config)(**{**base.config.to_dict(), **heads})
     model = type(base)(config)
     model.load_state_dict(base.state_dict())  # strict: every name and shape must agree
     return model
@@ -222,7 +220,7 @@ class TransformersTarget:
         import torch
 
         with torch.no_grad():
-            return self.model(input_ids=input_ids.to(self.device)).logits.float().cpu()
+            return self.model(**model_inputs(input_ids.to(self.device))).logits.float().cpu()
 
 
 class VLLMTarget:
@@ -453,7 +451,7 @@ def reference_logits(trained: Any) -> Any:
     device_type = batch.device.type
     autocast = trained.engine != "deepspeed"  # DeepSpeed's bf16 casts the weights; DDP/FSDP ran under autocast
     with torch.no_grad(), torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
-        logits = wrapped(input_ids=batch).logits
+        logits = wrapped(**model_inputs(batch)).logits
     return logits.float().cpu()
 
 
@@ -621,7 +619,7 @@ def check_trap_is_caught(
     scores = target.scores(trained.batch)
     base = engine_tiny_qwen2().to(dtype=torch.bfloat16).eval()
     with torch.no_grad():
-        base_logits = base(input_ids=trained.batch.cpu()).logits.float()
+        base_logits = base(**model_inputs(trained.batch.cpu())).logits.float()
     facts["trap_vs_untrained_base"] = max_abs_diff(scores, to_score_kind(base_logits, target.score_kind))
     facts["trap_vs_trained"] = max_abs_diff(scores, to_score_kind(reference, target.score_kind))
     try:

@@ -158,3 +158,35 @@ def test_a_lone_run_without_run_json_still_renders(tmp_path: Path) -> None:
 def test_planned_items_without_a_record_show_as_not_run() -> None:
     page = render_report(typed(records()[:2]), meta(planned=["current/F1/bug", "current/F1/fixed", "current/F5/bug"]))
     assert "not run" in page and "F5 / bug" in page
+
+
+def test_a_run_over_several_model_families_can_show_one_family_at_a_time() -> None:
+    raw = records()[:2]
+    llama = [{**r, "cell": f"{r['cell']}@llama", "family": "llama", "family_of": r["cell"]} for r in raw]
+    page = render_report(typed(raw + llama), meta())
+    select = [attrs for tag, attrs in tags_of(page) if tag == "select"]
+    assert [a.get("id") for a in select] == ["family-filter"]
+    options = re.findall(r'<option value="([^"]*)">', page)
+    assert options == ["", "llama", "qwen2"]
+    headers = re.findall(r'<th data-family="([^"]*)">([^<]*)</th>', page)
+    assert ("llama", f"{raw[0]['cell']}@llama") in headers and ("qwen2", raw[0]["cell"]) in headers
+    # One family alone: no filter to offer.
+    assert "<select" not in render_report(typed(raw), meta())
+
+
+def test_repros_are_in_natural_order_and_family_variants_sit_beside_their_cell() -> None:
+    raw = records()
+    by_id = {(r["cell"], r["repro"], r["mode"]): r for r in raw}
+    first = raw[0]
+    extra = [
+        {**first, "repro": "F10"},
+        {**first, "repro": "F2"},
+        {**first, "cell": f"{first['cell']}@phi3", "family": "phi3", "family_of": first["cell"]},
+    ]
+    page = render_report(typed(extra + raw), meta())
+    rows = re.findall(r"<th>(F\d+) / ([\w-]+)</th>", page)
+    numbers = [int(repro[1:]) for repro, _ in rows]
+    assert numbers == sorted(numbers) and ("F2", first["mode"]) in rows and ("F10", first["mode"]) in rows
+    headers = [h for _, h in re.findall(r'<th data-family="([^"]*)">([^<]*)</th>', page)]
+    assert headers.index(f"{first['cell']}@phi3") == headers.index(first["cell"]) + 1
+    assert by_id  # the fixture's own records are all still there

@@ -127,6 +127,8 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         # F14: QLoRA under FSDP2 on torch < 2.12; F19: LoRA dropout, checkpointing and torch.compile.
         (Scenario(engine="fsdp2", quantization="nf4", gradient_checkpointing=False), versions(torch="2.11.0")),
         (Scenario(engine="ddp", lora_dropout=0.1, compile_model=True), v),
+        # LoRA targets written for a Llama, on Phi-3's fused projections.
+        (Scenario(family="phi3", gradient_checkpointing=False), v),
         # F11: the Trainer's own scheduler (none in the DeepSpeed config); F20: a config leaving out a shared value.
         (Scenario(trainer_loop="hf", zero_stage=2, gradient_checkpointing=False, deepspeed_scheduler=False), v),
         (

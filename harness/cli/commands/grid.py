@@ -27,7 +27,9 @@ class GridCommand(Command):
             metavar="AXIS=V1,V2",
             help="restrict an axis to these values (repeatable)",
         )
-        options.add_cli_options(parser, ("model", "out", "jobs", "reports_dir", "cache_dir", "launcher", "as_of"))
+        options.add_cli_options(
+            parser, ("model", "family", "out", "jobs", "reports_dir", "cache_dir", "launcher", "as_of")
+        )
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         opts = options.selection(vars(args))

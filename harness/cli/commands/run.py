@@ -33,6 +33,7 @@ SELECTION_FLAGS = (
     ("--cache-dir", "cache_dir"),
     ("--reports-dir", "reports_dir"),
     ("--model", "model"),
+    ("--family", "family"),
     ("--explore", "explore"),
     ("--as-of", "as_of"),
 )
@@ -72,7 +73,7 @@ class RunCommand(Command):
             metavar="PKG==VER",
             help="pin a package over the selected cells' own spec (repeatable)",
         )
-        options.add_cli_options(parser, ("launcher", "jobs", "reruns", "repeat", "model", "as_of"))
+        options.add_cli_options(parser, ("launcher", "jobs", "reruns", "repeat", "model", "family", "as_of"))
         parser.add_argument(
             "--shard",
             metavar="I/N",
@@ -139,6 +140,7 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
         "repros_dir": [Path(d) for d in stored.repros_dirs],
         "cache_dir": Path(stored.cache_dir) if stored.cache_dir else None,
         "model": stored.model,
+        "family": ",".join(stored.families) or None,
         "as_of": stored.as_of,
         "launcher": args.launcher or stored.launcher,
         "jobs": args.jobs if args.jobs is not None else stored.jobs,

@@ -41,5 +41,14 @@
       body.classList.toggle("only-mismatches", only.checked);
     });
   }
+  // With several model families in one run: show the cells of one family only.
+  var family = document.getElementById("family-filter");
+  if (family) {
+    family.addEventListener("change", function () {
+      Array.prototype.forEach.call(document.querySelectorAll("#matrix [data-family]"), function (cell) {
+        cell.style.display = !family.value || cell.getAttribute("data-family") === family.value ? "" : "none";
+      });
+    });
+  }
   body.setAttribute("data-report-ready", String(document.querySelectorAll("#matrix td.entry").length));
 })();

@@ -1,0 +1,86 @@
+"""Which modules a LoRA targets in each model family, and the check that every name targets something.
+
+A scenario says what users write (``Scenario.target_modules``, by default ``("q_proj", "v_proj")``: the
+attention's query and value). Written for a Llama, those names mean something else, or nothing, in
+another family: Phi-3 keeps query, key and value in one ``qkv_proj`` and gate and up in one
+``gate_up_proj``; a LLaVA's CLIP tower has ``q_proj``/``v_proj`` of its own, so the plain names also put
+adapters on the frozen vision tower. The fixed trainer's ``family-target-modules`` guard
+(``Scenario.family_targets``) resolves them per family (``family_target_names``; for a VLM, the language
+model's full module names only); the ``bug`` mode keeps the user's names.
+
+In both modes every name must match at least one module (``resolve_targets``): PEFT raises ("Target
+modules ... not found in the base model") only when no name matches at all, and is silent when some do;
+a name that matches nothing is ``TargetModulesMatchNothing``. A PEFT list as written of which no
+name matches is left to PEFT's own refusal (``model.target_modules_for``): the error users meet.
+Standard library only: pure functions of module names, so the orchestrator's tests can check them
+without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from repros.runtime.families import Family
+from repros.trainer.silent_failures import TargetModulesMatchNothing
+
+#: Phi-3's fused projections: where the separate projections' names live in it.
+FUSED_NAMES = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+}
+#: A VLM's modules before its language model (a name's path component): never LoRA targets.
+VISION_COMPONENTS = ("vision_tower", "multi_modal_projector")
+
+
+def matches(module_name: str, target: str) -> bool:
+    """PEFT's rule for a name in a ``target_modules`` list: the module's full name or its dotted suffix."""
+    return module_name == target or module_name.endswith("." + target)
+
+
+def in_vision_tower(module_name: str) -> bool:
+    return any(part in VISION_COMPONENTS for part in module_name.split("."))
+
+
+def family_target_names(family: Family, requested: Sequence[str]) -> tuple[str, ...]:
+    """``requested`` with each name mapped to where it lives in ``family`` (Phi-3's fused projections),
+    each once, in order."""
+    names = [FUSED_NAMES.get(n, n) if family.fused_projections else n for n in requested]
+    return tuple(dict.fromkeys(names))
+
+
+def resolution_changes(family: Family, requested: Sequence[str]) -> bool:
+    """Whether resolving ``requested`` for ``family`` targets other modules than the names as written
+    (what the ``family-target-modules`` guard looks at)."""
+    return family.vision or family_target_names(family, requested) != tuple(requested)
+
+
+def resolve_targets(
+    family: Family,
+    requested: Sequence[str],
+    module_names: Sequence[str],
+    *,
+    per_family: bool,
+    linear_names: Sequence[str] | None = None,
+) -> list[str]:
+    """The ``target_modules`` the adapter gets: ``requested`` as written, or (``per_family``) resolved for
+    ``family`` (a VLM: the full names of its language model's matching modules). Raises
+    ``TargetModulesMatchNothing`` naming the family, the names that match no module of ``module_names``
+    (the model's, as ``named_modules`` gives them; a VLM resolved: of its language model), and the
+    model's linear layers (``linear_names``, default ``module_names``) by their last name component."""
+    names = list(family_target_names(family, requested) if per_family else dict.fromkeys(requested))
+    language_only = per_family and family.vision
+    candidates = [m for m in module_names if not (language_only and in_vision_tower(m))]
+    unmatched = [n for n in names if not any(matches(m, n) for m in candidates)]
+    if unmatched:
+        linears = sorted({m.rsplit(".", 1)[-1] for m in (module_names if linear_names is None else linear_names) if m})
+        where = "the language model of " if language_only else ""
+        raise TargetModulesMatchNothing(
+            f"LoRA target modules {unmatched} match no module of {where}the {family.name} model "
+            f"({family.model_class}); its linear layers: {linears}"
+        )
+    if language_only:
+        return [m for m in candidates if any(matches(m, n) for n in names)]
+    return names
