@@ -72,8 +72,9 @@ Guards (each recorded by id, with its reason, in the result):
   ``gate_up_proj`` (PEFT raises only when no name matches; with ``o_proj``/``down_proj`` among them it
   silently adapts those alone), and a LLaVA's CLIP tower has ``q_proj``/``v_proj`` too, so the plain
   names put adapters on the frozen vision tower; resolve the names per family
-  (``repros/trainer/targets.py``). In every mode a name that matches no module is an error
-  (``TargetModulesMatchNothing``), never a LoRA on nothing.
+  (``repros/trainer/targets.py``; for a LLaVA this is F23's workaround). In every mode a list that
+  partly matches (PEFT's silence) is an error (``TargetModulesMatchNothing``), never a LoRA on nothing;
+  a list of which no name matches is PEFT's own refusal, as users meet it.
 - ``zero3-wait-every-gather``: DeepSpeed before 0.19.8 waits only on the last of the async
   all-gathers of a coalesced ZeRO-3 parameter gather; on gloo they run unordered on threads of
   their own, so a parameter can be read before its gather arrived (F17, DeepSpeed PR #8539): wait
