@@ -12,7 +12,7 @@ from typing import Any
 from harness.config.expectations import expectation_for
 from harness.config.matrix import Cell
 from harness.config.repros import BrokenRepro, Repro
-from harness.environments import Environments, Resolved
+from harness.environments import Environment, Environments, Resolved
 from harness.environments.integrity import describe
 from harness.execution.classify import Observation, classify, classify_scenario
 from harness.execution.launchers import Launcher, LaunchRequest
@@ -99,21 +99,13 @@ def _observe(
     except OSError as exc:
         # The interpreter or a file the launch needs is gone (another run's cache eviction, a
         # hand-deleted environment): the environment's trouble, never the run's end.
-        damaged = environments.damage(env) if environments is not None else []
-        reason = (
-            f"the cell's environment changed before the item could start: {describe(damaged)}"
-            if damaged
-            else f"the item could not be started: {type(exc).__name__}: {exc}"
-        )
-        if damaged and environments is not None:
-            environments.invalidate(env, reason)
-            launcher.cell_done(env)
+        damage = _retire_if_damaged(environments, launcher, env, "before the item could start")
         return unobserved_record(
             outcome=Outcome.INFRA,
             error_type=type(exc).__name__,
             run_id=run_id,
             item=item.id,
-            reason=reason,
+            reason=damage or f"the item could not be started: {type(exc).__name__}: {exc}",
             world_size=item.world_size,
             repro_cmd=repro_cmd,
             started_at=started,
@@ -125,12 +117,9 @@ def _observe(
         observation = classify_scenario(own, launch, known)
     else:
         observation = classify(item.mode, repro.spec, launch)
-    damaged = environments.damage(env) if environments is not None else []
-    if damaged and environments is not None:
-        reason = f"the cell's environment changed while the item ran: {describe(damaged)}"
-        observation = Observation(Outcome.INFRA, error=observation.error, reasons=(reason,))
-        environments.invalidate(env, reason)
-        launcher.cell_done(env)  # its pre-imported worker holds modules of the old files
+    damage = _retire_if_damaged(environments, launcher, env, "while the item ran")
+    if damage is not None:
+        observation = Observation(Outcome.INFRA, error=observation.error, reasons=(damage,))
     versions = {**env.packages, "python": env.python_version}
     device = item_device(launch) or ("cuda" if gpus else "cpu")
     launched: dict[str, JsonValue] = {"model": item.cell.model}
@@ -154,6 +143,21 @@ def _observe(
         **_plan_fields(item),
         **launched,
     )
+
+
+def _retire_if_damaged(
+    environments: Environments | None, launcher: Launcher, env: Environment, when: str
+) -> str | None:
+    """Why ``env`` cannot be trusted ``when`` (what changed in it), or None where it is whole. A damaged
+    environment is marked for a rebuild and its cell's pre-imported worker, which holds modules of the
+    old files, is retired."""
+    damaged = environments.damage(env) if environments is not None else []
+    if not damaged or environments is None:
+        return None
+    reason = f"the cell's environment changed {when}: {describe(damaged)}"
+    environments.invalidate(env, reason)
+    launcher.cell_done(env)
+    return reason
 
 
 def _plan_fields(item: PlannedItem) -> dict[str, JsonValue]:

@@ -69,13 +69,13 @@ def fake_environments(tmp_path: Path) -> Environments:
 
 
 def observe(
-    tmp_path: Path, damage: bool, envs: Environments | None = None
+    tmp_path: Path, damage: bool, envs: Environments | None = None, launcher: DamagingLauncher | None = None
 ) -> tuple[ItemRecord, Environments, DamagingLauncher]:
     if envs is None:
         envs = fake_environments(tmp_path)
     cell = CELL
     repro = discover().repros["F1"]
-    launcher = DamagingLauncher(damage)
+    launcher = launcher or DamagingLauncher(damage)
     record = observe_item(
         run_id="r",
         item=PlannedItem(cell, "F1", repro.module, "bug", 2),
@@ -131,19 +131,7 @@ class VanishedLauncher(DamagingLauncher):
 
 
 def test_an_environment_gone_before_the_item_started_is_infra_and_the_run_goes_on(tmp_path: Path) -> None:
-    envs = fake_environments(tmp_path)
-    repro = discover().repros["F1"]
-    launcher = VanishedLauncher(damage=False)
-    record = observe_item(
-        run_id="r",
-        item=PlannedItem(CELL, "F1", repro.module, "bug", 2),
-        repro=repro,
-        resolved=envs.for_cell(CELL),
-        run_dir=RunDir(tmp_path / "run"),
-        launcher=launcher,
-        repro_cmd="rerun",
-        environments=envs,
-    )
+    record, envs, launcher = observe(tmp_path, damage=False, launcher=VanishedLauncher(damage=False))
     assert record.outcome == "INFRA" and record.error is not None and record.error.type == "FileNotFoundError"
     assert "changed before the item could start" in record.reasons[0]
     assert launcher.retired  # the cell's worker goes with it
