@@ -10,7 +10,7 @@ from typing import Any
 
 from repros.trainer.guards import checkpoints_reentrantly
 from repros.trainer.scenario import Scenario
-from repros.trainer.targets import matches, resolve_targets
+from repros.trainer.targets import resolve_targets
 from repros.trainer.tiny_models import VOCAB_SIZE, fixed_batch, tiny_qwen2
 
 
@@ -70,20 +70,15 @@ def target_modules_for(model: Any, scenario: Scenario) -> list[str]:
 
     modules = [name for name, _ in model.named_modules() if name]
     linears = [name for name, module in model.named_modules() if name and isinstance(module, nn.Linear)]
-    if (
-        scenario.lora_impl == "peft"
-        and not scenario.family_targets
-        and not any(matches(m, n) for n in scenario.target_modules for m in modules)
-    ):
-        # Not one name matches: PEFT refuses the list itself ("Target modules ... not found in the base
-        # model"), the error users meet; only a list that partly matches is PEFT's silence, checked below.
-        return list(scenario.target_modules)
     return resolve_targets(
         scenario.model_family(),
         scenario.target_modules,
         modules,
         per_family=scenario.family_targets,
         linear_names=linears,
+        # PEFT refuses a list of which no name matches ("Target modules ... not found in the base model");
+        # DeepSpeed-Chat's own LoRA would silently convert nothing.
+        library_refuses_total_miss=scenario.lora_impl == "peft",
     )
 
 

@@ -64,16 +64,21 @@ def resolve_targets(
     *,
     per_family: bool,
     linear_names: Sequence[str] | None = None,
+    library_refuses_total_miss: bool = False,
 ) -> list[str]:
     """The ``target_modules`` the adapter gets: ``requested`` as written, or (``per_family``) resolved for
     ``family`` (a VLM: the full names of its language model's matching modules). Raises
     ``TargetModulesMatchNothing`` naming the family, the names that match no module of ``module_names``
     (the model's, as ``named_modules`` gives them; a VLM resolved: of its language model), and the
-    model's linear layers (``linear_names``, default ``module_names``) by their last name component."""
+    model's linear layers (``linear_names``, default ``module_names``) by their last name component.
+    With ``library_refuses_total_miss`` (PEFT), a list as written of which no name matches at all is
+    returned as it is: the library refuses it itself, and its own error is what users meet."""
     names = list(family_target_names(family, requested) if per_family else dict.fromkeys(requested))
     language_only = per_family and family.vision
     candidates = [m for m in module_names if not (language_only and in_vision_tower(m))]
     unmatched = [n for n in names if not any(matches(m, n) for m in candidates)]
+    if library_refuses_total_miss and not per_family and len(unmatched) == len(names):
+        return names
     if unmatched:
         linears = sorted({m.rsplit(".", 1)[-1] for m in (module_names if linear_names is None else linear_names) if m})
         where = "the language model of " if language_only else ""

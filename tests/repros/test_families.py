@@ -151,3 +151,18 @@ def test_the_moe_leaf_guard_applies_to_an_moe_family_where_deepspeed_does_not_ma
     assert "zero3-moe-leaf-modules" not in [g.id for g in choose_guards(moe, new)]
     dense = Scenario(family="llama", gradient_checkpointing=False)
     assert "zero3-moe-leaf-modules" not in [g.id for g in choose_guards(dense, old)]
+
+
+def test_a_peft_list_of_which_nothing_matches_is_left_to_peft_and_a_partial_one_is_refused() -> None:
+    phi3 = FAMILIES["phi3"]
+    # PEFT refuses this list itself (NoMatchingPeftModuleError): its own error is what users meet.
+    assert resolve_targets(phi3, ("q_proj", "v_proj"), PHI3, per_family=False, library_refuses_total_miss=True) == [
+        "q_proj",
+        "v_proj",
+    ]
+    # A list PEFT would take silently (o_proj and down_proj match, the rest nothing) is refused all the same.
+    with pytest.raises(TargetModulesMatchNothing, match="phi3"):
+        resolve_targets(phi3, DECODER_LINEARS, PHI3, per_family=False, library_refuses_total_miss=True)
+    # Where no library refuses it (DeepSpeed-Chat's own LoRA), a list that matches nothing is refused here.
+    with pytest.raises(TargetModulesMatchNothing, match="phi3"):
+        resolve_targets(phi3, ("q_proj", "v_proj"), PHI3, per_family=False)
