@@ -6,6 +6,13 @@ by outcome, each entry opening its details, the fixed trainer's and the guards'
 costs, and the history of the runs beside this one. Every string from a run goes
 through jinja2's autoescaping; only the plots (SVG that matplotlib wrote and
 escaped) and the report's own static style and script are inserted as they are.
+
+It stays readable, and small, at 10,000 items: a cell whose every item matched its
+expectation (and did not change since the previous run beside it) is folded into one
+line, and so are the excluded combinations and the history's unchanged items; each
+item's details (and a folded cell's items) are in one JSON block (``report_data``, every
+string once), which the page's script turns into markup when they are opened. The
+script filters the matrix by repro, cell, family and outcome.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import base64
 import dataclasses
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -59,6 +67,30 @@ class Entry:
     @property
     def mismatch(self) -> bool:
         return self.record is not None and self.record.counts_against
+
+
+@dataclass(frozen=True)
+class CellGroup:
+    """One cell (a column of the matrix): what its items came to, and whether it is folded."""
+
+    cell: str
+    family: str
+    items: int
+    excluded: int
+    #: Every item matched its expectation and none changed since the previous run: one line.
+    folded: bool
+    #: The previous run's name, where the report knows one (what "unchanged" is measured against).
+    since: str | None
+    #: Its records' indices in row order (repro, then mode).
+    indices: tuple[int, ...]
+
+    @property
+    def summary(self) -> str:
+        items = f"{self.items} item{'s' if self.items != 1 else ''}"
+        matched = "all matched their expectation" if self.items != 1 else "matched its expectation"
+        since = f", unchanged since {self.since}" if self.since else ""
+        excluded = f" · {self.excluded} excluded" if self.excluded else ""
+        return f"{items}, {matched}{since}{excluded}"
 
 
 @dataclass(frozen=True)
@@ -138,10 +170,9 @@ def _matrix(
     seen = set(keys)
     unrun = {(cell, repro, mode): None for cell, repro, mode in (p.split("/", 2) for p in planned if p.count("/") >= 2)}
     keys += [k for k in unrun if k not in seen]
-    # Repros in natural order (F2 before F10), modes as first met; a cell's family variants
-    # (``<cell>@<family>``) beside it, cells otherwise as first met.
-    first_cells = list(dict.fromkeys(k[0].partition("@")[0] for k in keys))
-    cells = sorted(dict.fromkeys(k[0] for k in keys), key=lambda c: (first_cells.index(c.partition("@")[0]), c))
+    # Repros and cells in natural order (F2 before F10, cell9 before cell10), modes as first met;
+    # a cell's family variants (``<cell>@<family>``) right after it.
+    cells = sorted(dict.fromkeys(k[0] for k in keys), key=cell_order)
     modes = list(dict.fromkeys(k[2] for k in keys))
     rows = sorted(dict.fromkeys((k[1], k[2]) for k in keys), key=lambda row: (natural_key(row[0]), modes.index(row[1])))
     by_key = {r.key: (i, r) for i, r in enumerate(records)}
@@ -165,6 +196,230 @@ def _matrix(
     return cells, table
 
 
+def cell_order(cell: str) -> tuple[tuple[tuple[int, int | str], ...], bool, tuple[tuple[int, int | str], ...]]:
+    """A cell's place: by its name in natural order, a family variant right after its cell."""
+    base, _, family = cell.partition("@")
+    return natural_key(base), bool(family), natural_key(family)
+
+
+def changed_items(
+    records: Sequence[ItemRecord], history: Sequence[PastRun], changes: Sequence[Change] | None
+) -> tuple[set[tuple[str, str, str]], str | None]:
+    """The items whose outcome (or signature) differs from the previous run beside this one, or
+    that a ``watch`` run's changes name; and the previous run's name (None: none is known)."""
+    order = [run.current for run in history]
+    previous = history[order.index(True) - 1] if True in order and order.index(True) > 0 else None
+    changed = {(c.cell, c.repro, c.mode) for c in changes or []}
+    if previous is not None:
+        for record in records:
+            before = previous.records.get(record.key)
+            if before is not None and (before.outcome, before.signature) != (record.outcome, record.signature):
+                changed.add(record.key)
+    return changed, previous.name if previous is not None else ("the previous night" if changes else None)
+
+
+def _cell_groups(
+    cells: Sequence[str],
+    table: Sequence[tuple[str, str, list[Entry]]],
+    families: dict[str, str],
+    changed: set[tuple[str, str, str]],
+    since: str | None,
+) -> list[CellGroup]:
+    groups = []
+    for column, cell in enumerate(cells):
+        entries = [row[2][column] for row in table]
+        recorded = [e for e in entries if e.record is not None]
+        folded = (
+            bool(recorded)
+            and all(e.kind in ("record", "excluded", "none") for e in entries)
+            and all(e.record.matched and e.record.key not in changed for e in recorded if e.record is not None)
+        )
+        groups.append(
+            CellGroup(
+                cell=cell,
+                family=families.get(cell, ""),
+                items=len(recorded),
+                excluded=sum(e.kind == "excluded" for e in entries),
+                folded=folded,
+                since=since,
+                indices=tuple(e.index for e in recorded),
+            )
+        )
+    return groups
+
+
+def _mark(record: ItemRecord) -> int:
+    """0: matches its expectation (✓), 1: explored (·), 2: does not (✗)."""
+    return 0 if record.matched else 1 if record.is_finding else 2
+
+
+class _Strings:
+    """Every string of the page's data once: the data names them by their index."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.index)
+        return found
+
+
+#: How a fact's value is shown: as text, as code, preformatted, or as a command with a copy button.
+TEXT, CODE, PRE, COMMAND = 0, 1, 2, 3
+
+
+def _facts(record: ItemRecord) -> list[tuple[str, str, int]]:
+    """An item's details, as (label, value, how it is shown): what its entry opens to."""
+    facts: list[tuple[str, str, int]] = [
+        ("item", f"{record.cell}/{record.repro}/{record.mode}", TEXT),
+        ("outcome", f"{record.outcome} {'✓·✗'[_mark(record)]} {verdict(record)}", TEXT),
+    ]
+    if record.expected:
+        when = ", ".join(f"{k}{v}" for k, v in (record.expected_when or {}).items())
+        facts.append(("expected", f"{record.expected} when {when}" if when else str(record.expected), TEXT))
+        if record.expected_established_by:
+            facts.append(("established by", record.expected_established_by, TEXT))
+    if record.signature:
+        facts.append(("signature", record.signature, CODE))
+    if record.error:
+        on_rank = f" on rank {record.error.rank}" if record.error.rank is not None else ""
+        facts.append(("error", f"{record.error.type}{on_rank}", CODE))
+        facts.append(("message", record.error.message, PRE))
+        if record.error.traceback:
+            facts.append(("traceback", record.error.traceback, PRE))
+    if record.attempts:
+        if record.outcome_counts:
+            head = f"{record.repeat} (--repeat): {counts_text(record.outcome_counts)}"
+        else:
+            head = f"{len(record.attempts) + 1} (--reruns), the last one above"
+        lines = [
+            " ".join(
+                filter(
+                    None,
+                    [
+                        str(a.outcome),
+                        a.signature or "",
+                        f"— {a.error_type}: {(a.message or '')[:200]}" if a.error_type else "",
+                        a.item_dir or "",
+                    ],
+                )
+            )
+            for a in record.attempts
+        ]
+        facts.append(("attempts", "\n".join([head, *lines]), PRE))
+    for reason in record.reasons:
+        facts.append(("reasons", reason, PRE))
+    if record.mode == "fixed" or record.guards:
+        shown = "; ".join(f"{g.id}: {g.reason}" if g.reason else g.id for g in record.guards)
+        facts.append(("guards applied", shown or "none", TEXT))
+    for label, figure, note in measured(record):
+        facts.append((label, f"{figure} ({note})" if note else figure, TEXT))
+    facts.append(("model", record.model, TEXT))
+    ran = [f"{record.wall_s or 0:.1f} s; world size {record.world_size}"]
+    ran += [f"{record.device}" + (f" ({record.device_name})" if record.device_name else "")] if record.device else []
+    ran += [x for x in (record.backend, record.cuda_version and f"CUDA {record.cuda_version}") if x]
+    ran += [f"NCCL {record.nccl_version}"] if record.nccl_version else []
+    facts.append(("wall", "; ".join(ran), TEXT))
+    versions = " · ".join(f"{k} {v}" for k, v in (record.versions or {}).items() if v)
+    facts.append(("versions", versions or "none resolved", TEXT))
+    if record.env:
+        reused = ", reused" if record.env.reused else ""
+        facts.append(("environment", f"{record.env.key} ({record.env.provider}{reused})", CODE))
+    facts.append(("rerun", record.repro_cmd, COMMAND))
+    if record.item_dir:
+        facts.append(("logs", record.item_dir, CODE))
+    return facts
+
+
+def _logs(record: ItemRecord) -> list[tuple[str, str]]:
+    """Each rank's log tail (and the launcher's), under its heading."""
+    logs = []
+    for rank in record.ranks:
+        title = f"rank {rank.rank}: {rank.status}"
+        title += f" in {rank.phase}" if rank.phase else ""
+        title += f", exit code {rank.exitcode}" if rank.exitcode is not None else ""
+        title += f", {rank.error_type}" if rank.error_type else ""
+        logs.append((title, rank.log_tail or ""))
+    if record.launcher_tail:
+        logs.append(("launcher", record.launcher_tail))
+    return logs
+
+
+def entry_line(record: ItemRecord) -> str:
+    """An entry's figures (and guards) under its outcome."""
+    guards = f" · guards: {', '.join(record.guard_ids)}" if record.guards else ""
+    return figures_text(record) + guards
+
+
+def report_data(
+    records: Sequence[ItemRecord],
+    groups: Sequence[CellGroup],
+    excluded: Sequence[ExcludedItem],
+    history_runs: Sequence[PastRun],
+    history_folded: Sequence[tuple[str, str, str]],
+) -> dict[str, object]:
+    """What the page's script renders on demand, every string once (``strings``; the rest name
+    them by index). ``items``: per record, [cell, repro, mode, outcome, mark, line, why, counts,
+    facts (label, value, how shown; flat), logs (title, text; flat)]; ``folded``: each folded
+    cell's record indices and its excluded combinations [repro, mode, reason]; ``history``: each
+    unchanged item's label and, per run, [outcome, mark, figures] (outcome -1: no record)."""
+    s = _Strings()
+    items = []
+    for record in records:
+        facts = [part for label, value, how in _facts(record) for part in (s(label), s(value), how)]
+        logs = [s(part) for log in _logs(record) for part in log]
+        why = s(verdict(record)) if record.counts_against else -1
+        counts = s(f"{counts_text(record.outcome_counts)} of {record.repeat}") if record.outcome_counts else -1
+        items.append(
+            [
+                s(record.cell),
+                s(record.repro),
+                s(record.mode),
+                s(str(record.outcome)),
+                _mark(record),
+                s(entry_line(record)),
+                why,
+                counts,
+                facts,
+                logs,
+            ]
+        )
+    folded: dict[str, object] = {}
+    for group in groups:
+        if group.folded:
+            out = [[s(e.repro), s(e.mode), s(e.reason)] for e in excluded if e.cell == group.cell]
+            folded[group.cell] = {"items": list(group.indices), "excluded": out}
+    history = []
+    for key in history_folded:
+        row = []
+        for run in history_runs:
+            rec = run.records.get(key)
+            row.append([-1, 0, -1] if rec is None else [s(str(rec.outcome)), _mark(rec), s(figures_text(rec))])
+        history.append([s("/".join(key)), row])
+    runs = [s(run.name) for run in history_runs] if history else []
+    return {"strings": list(s.index), "items": items, "folded": folded, "history": history, "runs": runs}
+
+
+def _json_block(data: object) -> Markup:
+    """``data`` as JSON that can stand inside a ``<script type="application/json">`` element:
+    no ``<``, ``>`` or ``&`` in it (so no ``</script>`` in a string ends the element early)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+def _history_split(runs: Sequence[PastRun]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The history's items whose outcome moved between the runs (shown), and the rest (folded):
+    those with the same outcome in every run that recorded them."""
+    moved: list[tuple[str, str, str]] = []
+    same: list[tuple[str, str, str]] = []
+    for key in history_items(list(runs)):
+        seen = {(r.outcome, r.signature) for run in runs if (r := run.records.get(key)) is not None}
+        (same if len(seen) <= 1 else moved).append(key)
+    return moved, same
+
+
 def _cell_versions(records: Sequence[ItemRecord], meta: RunMeta) -> list[CellRow]:
     versions: dict[str, dict[str, str]] = {}
     for rec in records:
@@ -180,8 +435,10 @@ def _first_items(runs: Sequence[PastRun], keys: Sequence[tuple[str, str, str]]) 
     return [dataclasses.replace(run, records={k: r for k, r in run.records.items() if k in wanted}) for run in runs]
 
 
-def _history(runs: Sequence[PastRun]) -> list[tuple[str, list[ItemRecord | None]]]:
-    return [("/".join(key), [run.records.get(key) for run in runs]) for key in history_items(list(runs))]
+def _history(
+    runs: Sequence[PastRun], keys: Sequence[tuple[str, str, str]]
+) -> list[tuple[str, list[ItemRecord | None]]]:
+    return [("/".join(key), [run.records.get(key) for run in runs]) for key in keys]
 
 
 def _csp(script: str) -> str:
@@ -240,16 +497,35 @@ def report_parts(
         if total > PLOT_ITEMS
     }
     cell_families = {r.cell: r.family for r in records}
+    changed, since = changed_items(records, history, changes)
+    groups = _cell_groups(cells, table, cell_families, changed, since)
+    shown = [i for i, g in enumerate(groups) if not g.folded]
+    # The table holds the cells not folded, and the rows with an item (or a planned one) in them.
+    open_table = [
+        (repro, mode, [entries[i] for i in shown])
+        for repro, mode, entries in table
+        if any(entries[i].kind in ("record", "not-run") for i in shown)
+    ]
+    history_moved, history_same = _history_split(history) if len(history) > 1 else ([], [])
+    data = report_data(records, groups, meta.excluded, history, history_same)
     template = _environment().get_template("report.html.j2")
     return template.generate(
         run=meta,
         record_notes=list(notes),
         run_id=meta.run_id or (records[0].run_id if records else "") or "unknown run",
         records=records,
-        cells=cells,
+        cells=[cells[i] for i in shown],
+        all_cells=cells,
         cell_families=cell_families,
         families=sorted(set(cell_families.values())),
-        table=table,
+        table=open_table,
+        groups=groups,
+        folded=[g for g in groups if g.folded],
+        excluded=sorted(meta.excluded, key=lambda e: (cell_order(e.cell), natural_key(e.repro), e.mode)),
+        repros=sorted({r.repro for r in records} | {e.repro for e in meta.excluded}, key=natural_key),
+        outcomes=[o for o in Outcome if any(r.outcome == o for r in records)],
+        entry_line=entry_line,
+        data=_json_block(data),
         mismatches=[(i, r) for i, r in enumerate(records) if r.counts_against],
         explored=[(i, r) for i, r in enumerate(records) if r.is_finding and not r.matched],
         matched=sum(1 for r in records if r.matched),
@@ -264,7 +540,8 @@ def report_parts(
         grid_changes=grid_changes(records),
         history_runs=list(history),
         history_skipped=list(history_skipped),
-        history_rows=_history(history),
+        history_rows=_history(history, history_moved),
+        history_same=len(history_same),
         changes=None if changes is None else sorted(changes, key=lambda c: (VERDICTS.index(c.verdict), c.item)),
         changes_headline=headline(changes or []),
         changes_problem=changes_problem,

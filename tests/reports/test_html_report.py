@@ -17,6 +17,7 @@ from harness.reports.guard_costs import guard_costs
 from harness.reports.history import load_history
 from harness.reports.html import REPORT_FILE, render_report
 from tests.support.report_fixture import EXCLUDED, HOSTILE, MIB, records, typed, write_reports
+from tests.support.report_page import item_facts
 
 
 def write_report(run_dir: Path) -> Path:
@@ -55,15 +56,19 @@ def test_matrix_has_every_entry_with_its_details(tmp_path: Path) -> None:
     classes = [a["class"] or "" for a in entries]
     assert sum("mismatch" in c.split() for c in classes) == 3
     assert any("o-excluded" in c for c in classes) and any("o-REPRODUCED" in c for c in classes)
-    details = [a["id"] for t, a in tags if t == "details"]
-    assert len(details) == 8 and all(d and d.startswith("item-") for d in details)
-    # The details carry the error, per-rank tails, versions, guards and a command to copy.
-    assert "CheckpointError" in page and "F1.recompute-shape-0" in page
-    assert "ds-zero3-ckpt-reentrant" in page and "deepspeed&lt;0.19.3 recomputes" in page
-    assert "rank 1: loss did not fall (2.31 -&gt; 2.35)" in page
-    assert "deepspeed 0.19.2" in page and "torch 2.13.0+cpu" in page
-    assert "python -m harness run --matrix matrix.yaml --cells tf4 --repros F1 --modes bug" in page
-    assert sum(1 for t, a in tags if t == "button" and "copy" in (a.get("class") or "")) == 8
+    details = [a["id"] or "" for t, a in tags if t == "details" and (a["id"] or "").startswith("item-")]
+    assert len(details) == 8
+    # The details (the page's script makes them when an entry is opened) carry the error, per-rank
+    # tails, versions, guards and a command to copy.
+    facts = {i: item_facts(page, i) for i in range(8)}
+    text = "\n".join(f"{label}: {value}" for found in facts.values() for label, value, _ in found)
+    assert "CheckpointError" in text and "F1.recompute-shape-0" in text
+    assert "ds-zero3-ckpt-reentrant: deepspeed<0.19.3 recomputes" in text
+    assert "rank 1: loss did not fall (2.31 -> 2.35)" in text and "rank 1: loss did not fall (2.31 -&gt; 2.35)" in page
+    assert "deepspeed 0.19.2" in text and "torch 2.13.0+cpu" in text
+    assert "python -m harness run --matrix matrix.yaml --cells tf4 --repros F1 --modes bug" in text
+    assert sum(1 for found in facts.values() for _, _, how in found if how == html_report.COMMAND) == 8
+    assert "deepspeed<0.19.3" not in page  # in the data as \\u003c: no markup can start there
     assert "5 of 8 items matched their expectation; 3 did not" in page
 
 
@@ -81,7 +86,8 @@ def test_every_string_from_a_run_is_escaped() -> None:
     excluded = [{"cell": evil, "repro": "F1", "mode": "bug", "reason": HOSTILE}]
     page = render_report(typed(hostile_records), meta(argv=["run", HOSTILE], lane=evil, excluded=excluded))
     tags = tags_of(page)
-    assert [t for t, _ in tags].count("script") == 1  # the report's own, at the end
+    # The report's own script, at the end, and its data (JSON, never run).
+    assert [(t, a.get("type")) for t, a in tags if t == "script"] == [("script", "application/json"), ("script", None)]
     assert not any(t in ("img", "b", "i") for t, _ in tags)
     assert not any(k.startswith("on") for _, attrs in tags for k in attrs)
     assert "<script>alert" not in page and "alert(3)</script>" not in page
@@ -165,13 +171,15 @@ def test_a_run_over_several_model_families_can_show_one_family_at_a_time() -> No
     llama = [{**r, "cell": f"{r['cell']}@llama", "family": "llama", "family_of": r["cell"]} for r in raw]
     page = render_report(typed(raw + llama), meta())
     select = [attrs for tag, attrs in tags_of(page) if tag == "select"]
-    assert [a.get("id") for a in select] == ["family-filter"]
-    options = re.findall(r'<option value="([^"]*)">', page)
+    assert [a.get("id") for a in select] == ["repro-filter", "cell-filter", "family-filter", "outcome-filter"]
+    family = page.split('id="family-filter"', 1)[1].split("</select>", 1)[0]
+    options = re.findall(r'<option value="([^"]*)">', family)
     assert options == ["", "llama", "qwen2"]
-    headers = re.findall(r'<th data-family="([^"]*)">([^<]*)</th>', page)
-    assert ("llama", f"{raw[0]['cell']}@llama") in headers and ("qwen2", raw[0]["cell"]) in headers
+    # Each cell says its family, in the table and folded (both cells matched: folded).
+    folded = re.findall(r'<details class="folded-cell" id="cell-\d+" data-cell="([^"]*)" data-family="([^"]*)">', page)
+    assert (f"{raw[0]['cell']}@llama", "llama") in folded and (raw[0]["cell"], "qwen2") in folded
     # One family alone: no filter to offer.
-    assert "<select" not in render_report(typed(raw), meta())
+    assert 'id="family-filter"' not in render_report(typed(raw), meta())
 
 
 def test_repros_are_in_natural_order_and_family_variants_sit_beside_their_cell() -> None:
@@ -187,6 +195,7 @@ def test_repros_are_in_natural_order_and_family_variants_sit_beside_their_cell()
     rows = re.findall(r"<th>(F\d+) / ([\w-]+)</th>", page)
     numbers = [int(repro[1:]) for repro, _ in rows]
     assert numbers == sorted(numbers) and ("F2", first["mode"]) in rows and ("F10", first["mode"]) in rows
-    headers = [h for _, h in re.findall(r'<th data-family="([^"]*)">([^<]*)</th>', page)]
+    cells = page.split('id="cell-filter"', 1)[1].split("</select>", 1)[0]
+    headers = re.findall(r'<option value="([^"]+)">', cells)
     assert headers.index(f"{first['cell']}@phi3") == headers.index(first["cell"]) + 1
     assert by_id  # the fixture's own records are all still there
