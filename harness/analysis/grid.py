@@ -52,14 +52,15 @@ def annotate(grid: Grid, record: ItemRecord) -> ItemRecord:
     if record.mode != AS_WRITTEN or not combination:
         # A guarded rerun answers "does it train then?": a finding.
         return record.evolve(explored=True) if combination else record
-    rule = grid.expectation(combination, record.versions, record.device)
+    rule = grid.expectation(combination, record.versions, record.device, record.family)
     if rule is None:
         return record.evolve(explored=True)  # reported, not failed: what it did is the finding
     device = {"expected_device": rule.device} if rule.device else {}
+    family = {"family": ",".join(rule.families)} if rule.families else {}
     return record.evolve(
         expected=rule.outcome,
         expected_established_by=rule.established_by,
-        expected_when={**{a: ",".join(v) for a, v in rule.match.items()}, **rule.versions},
+        expected_when={**{a: ",".join(v) for a, v in rule.match.items()}, **rule.versions, **family},
         matched=record.outcome == rule.outcome and rule.names(record.signature),
         **device,
     )

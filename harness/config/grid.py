@@ -4,8 +4,9 @@ It names the axes and their values (``repros/trainer/grid_axes.py`` says what ea
 in a scenario), combinations that make no sense (``exclude``, each with its reason), combinations
 every lane must run (``include``: the documented scenarios), how a lane covers the rest
 (``coverage``: ``pairwise`` or ``product``; ``harness/planning/grid.py`` makes the combinations),
-and what is expected of a combination (``expect``: rules over axis values and package versions,
-each with the command that established it; ``harness/analysis/grid.py`` judges records by them).
+and what is expected of a combination (``expect``: rules over axis values, package versions, the
+device kind and the model family, each with the command that established it;
+``harness/analysis/grid.py`` judges records by them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import UserError
+from repros.runtime.families import DEFAULT_FAMILY, FAMILIES
 from repros.runtime.outcomes import SCENARIO_OUTCOMES
 from repros.runtime.spec import DEVICES, PACKAGE_NAME
 from repros.trainer.grid_axes import AXES
@@ -57,6 +59,9 @@ class GridExpectation(Rule):
     #: Only on this device kind (``cpu``, ``cuda``): an outcome that depends on it (bitsandbytes
     #: refusing to quantize on a CPU under old transformers); ``None``: on any.
     device: str | None = None
+    #: Only in these model families (``repros/runtime/families.py``): an outcome the architecture decides
+    #: (a LLaVA's vision tower meets F23 before F4); empty: in any.
+    families: tuple[str, ...] = ()
 
     def names(self, signature: str | None) -> bool:
         """Whether ``signature`` is the one expected: the rule's exact signature
@@ -66,12 +71,18 @@ class GridExpectation(Rule):
         return signature is not None and (signature == self.signature or signature.startswith(self.signature + "."))
 
     def holds(
-        self, combination: Mapping[str, str], versions: Mapping[str, str | None], device: str | None = None
+        self,
+        combination: Mapping[str, str],
+        versions: Mapping[str, str | None],
+        device: str | None = None,
+        family: str = DEFAULT_FAMILY,
     ) -> bool:
         if not self.covers(combination):
             return False
         if self.device is not None and device != self.device:
             return False  # as a repro's expectation that names a device (harness/config/expectations.py)
+        if self.families and family not in self.families:
+            return False
         for package, spec in self.versions.items():
             installed = versions.get(package)
             try:
@@ -94,9 +105,13 @@ class Grid:
         return next((e for e in self.exclude if e.covers(combination)), None)
 
     def expectation(
-        self, combination: Mapping[str, str], versions: Mapping[str, str | None], device: str | None = None
+        self,
+        combination: Mapping[str, str],
+        versions: Mapping[str, str | None],
+        device: str | None = None,
+        family: str = DEFAULT_FAMILY,
     ) -> GridExpectation | None:
-        return next((e for e in self.expect if e.holds(combination, versions, device)), None)
+        return next((e for e in self.expect if e.holds(combination, versions, device, family)), None)
 
 
 def _values(path: Path, where: str, axis: str, value: Any) -> tuple[str, ...]:
@@ -183,6 +198,17 @@ def load_grid(path: Path, raw: Mapping[str, Any] | None, lanes: Iterable[str]) -
             raise UserError(
                 path, f"{where}.device", f"{device!r} is not a device kind", f"use one of: {', '.join(DEVICES)}"
             )
+        raw_families = rule.get("family")
+        families = tuple(str(f) for f in raw_families) if isinstance(raw_families, list) else ()
+        if isinstance(raw_families, str):
+            families = (raw_families,)
+        if raw_families is not None and not families:
+            raise UserError(path, f"{where}.family", "names no family", f"use some of: {', '.join(FAMILIES)}")
+        for family in families:
+            if family not in FAMILIES:
+                raise UserError(
+                    path, f"{where}.family", f"unknown model family {family!r}", f"use one of: {', '.join(FAMILIES)}"
+                )
         expect.append(
             GridExpectation(
                 match=_rule(path, where, rule.get("combination") or {}, ()),
@@ -191,6 +217,7 @@ def load_grid(path: Path, raw: Mapping[str, Any] | None, lanes: Iterable[str]) -
                 versions=versions,
                 established_by=str(rule.get("established_by") or ""),
                 device=device,
+                families=families,
             )
         )
     return Grid(axes=axes, coverage=coverage, include=tuple(include), exclude=tuple(exclude), expect=tuple(expect))

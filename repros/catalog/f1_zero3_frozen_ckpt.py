@@ -6,6 +6,12 @@ require grad (pytorch PR #127959), the frozen base weights are held by live
 reference and have shrunk to ``[0]`` when torch compares the recompute's metadata.
 Trainable LoRA weights are unaffected. DeepSpeed PR #8148 fixed it.
 
+The tensors that shrink are frozen parameters autograd saved as themselves: the RMSNorm weights of a
+Qwen2, Llama, Mistral, Phi-3 or Qwen2-MoE layer (``weight * hidden``; a Linear saves its weight's
+transpose, a view that keeps its shape). Gemma-2 saves none: its RMSNorm multiplies by ``1 + weight``
+computed in float32, a new tensor, so F1 cannot occur in it (``impossible_in``; ds-0.19.2@gemma2 trains,
+and the same model with a Llama-style norm reproduces F1).
+
 bug:   tiny Qwen2, LoRA r=8 on q/v, bf16, ZeRO-3, HF gradient checkpointing with
        ``use_reentrant=False``, a torch AdamW as the client optimizer.
 fixed: the same scenario through the fixed trainer's guards.
@@ -56,6 +62,12 @@ SPEC = ReproSpec(
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     description=__doc__ or "",
+    impossible_in={
+        "gemma2": "Gemma-2's layers save no frozen parameter as itself for backward (its RMSNorm multiplies by "
+        "1 + weight computed in float32, a new tensor; a Linear saves its weight's transpose), so nothing "
+        "ZeRO-3 re-partitions during the recompute is compared: with a Llama-style norm (weight * x) the same "
+        "model reproduces F1 in ds-0.19.2",
+    },
     variants=(
         Variant("zero2", "ZeRO-2 instead of ZeRO-3", {"zero_stage": 2}, claim="OpenRLHF#569, trl#2514"),
         Variant(

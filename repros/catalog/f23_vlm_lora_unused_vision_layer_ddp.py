@@ -10,7 +10,9 @@ waits for a gradient for every parameter that requires one, fails at the second 
 Expected to have finished reduction in the prior iteration before starting a new one ... Parameter
 indices which did not receive grad for rank 0: ...`` (LlamaFactory#6376, LLaVA LoRA with
 ``lora_target: all``). ``find_unused_parameters=True`` hides it at a cost every step, and the tower's
-other adapters still train what the user meant to keep frozen.
+other adapters still train what the user meant to keep frozen. Under DeepSpeed (ZeRO-2 or 3) or FSDP2 nothing
+fails: the last layer's adapters silently never train (DeepSpeed reports their gradient as zero, FSDP2 as
+none), as trl#1936 reports; the config grid names that form too (``F23.silent-vision-adapters``).
 
 Families: only a vision-language model has a tower for the names to reach (``llava``; the text
 families cannot have it). The ``llava`` cell runs it on the current releases.
@@ -64,6 +66,14 @@ SPEC = ReproSpec(
             facts_checks=(vision_family,),
             description="DDP: parameters that require grad got none (the adapters of the vision tower's last "
             "layer, which LLaVA never reads), in a run of a vision-language model",
+        ),
+        Signature(
+            id="F23.silent-vision-adapters",
+            exception="repros.trainer.silent_failures.VisionAdaptersGotNoGradient",
+            pattern=r"^vision adapters got no gradient",
+            facts_checks=(vision_family,),
+            description="no error (DeepSpeed, FSDP2), but adapters in the vision tower got no gradient at any "
+            "step: the layers LLaVA never reads",
         ),
     ),
     expectations=(

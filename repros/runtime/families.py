@@ -23,17 +23,26 @@ class Family:
     min_transformers: str
     #: What makes it structurally itself, kept at both sizes.
     traits: str
-    #: The attention projections a LoRA on "query and value" targets in this family.
-    attention_targets: tuple[str, ...]
+    #: Where the projections a Llama recipe names (``q_proj``, ``gate_proj``, ...) live in this family, where
+    #: it fuses them (Phi-3: query, key and value in one ``qkv_proj``, gate and up in one ``gate_up_proj``);
+    #: a name not listed is the family's own. Target modules are resolved per family by it
+    #: (``repros/trainer/targets.py``).
+    fused_targets: tuple[tuple[str, str], ...] = ()
     tied_embeddings: bool = False
-    #: Query, key and value in one projection (``qkv_proj``), gate and up in one (``gate_up_proj``).
-    fused_projections: bool = False
     #: Mixture of experts: each layer's MLP a set of experts behind a router.
     moe: bool = False
     #: A vision tower (frozen) before the language model.
     vision: bool = False
     #: The attention implementation the family needs for training (``None``: transformers' default).
     attn_implementation: str | None = None
+
+    @property
+    def fused_projections(self) -> bool:
+        return bool(self.fused_targets)
+
+    def target_name(self, name: str) -> str:
+        """Where the module a Llama recipe calls ``name`` lives in this family."""
+        return dict(self.fused_targets).get(name, name)
 
 
 FAMILIES: dict[str, Family] = {
@@ -44,21 +53,18 @@ FAMILIES: dict[str, Family] = {
             "Qwen2ForCausalLM",
             "4.37.0",
             "grouped-query attention (2 query heads per KV head), q/k/v biases, untied embeddings",
-            ("q_proj", "v_proj"),
         ),
         Family(
             "llama",
             "LlamaForCausalLM",
             "4.28.0",
             "grouped-query attention, no biases, untied embeddings",
-            ("q_proj", "v_proj"),
         ),
         Family(
             "mistral",
             "MistralForCausalLM",
             "4.34.0",
             "grouped-query attention with a sliding window shorter than the sequence",
-            ("q_proj", "v_proj"),
         ),
         Family(
             "gemma2",
@@ -66,7 +72,6 @@ FAMILIES: dict[str, Family] = {
             "4.42.0",
             "tied embeddings, attention and final logits soft-capped, alternating sliding-window layers, "
             "eager attention for training",
-            ("q_proj", "v_proj"),
             tied_embeddings=True,
             attn_implementation="eager",
         ),
@@ -75,15 +80,19 @@ FAMILIES: dict[str, Family] = {
             "Phi3ForCausalLM",
             "4.40.0",
             "fused projections: one qkv_proj and one gate_up_proj per layer",
-            ("qkv_proj",),
-            fused_projections=True,
+            fused_targets=(
+                ("q_proj", "qkv_proj"),
+                ("k_proj", "qkv_proj"),
+                ("v_proj", "qkv_proj"),
+                ("gate_proj", "gate_up_proj"),
+                ("up_proj", "gate_up_proj"),
+            ),
         ),
         Family(
             "qwen2-moe",
             "Qwen2MoeForCausalLM",
             "4.40.0",
             "mixture of experts (8 experts, top-2, and a shared expert per layer)",
-            ("q_proj", "v_proj"),
             moe=True,
         ),
         Family(
@@ -91,7 +100,6 @@ FAMILIES: dict[str, Family] = {
             "LlavaForConditionalGeneration",
             "4.36.0",
             "a frozen CLIP vision tower and projector before a Llama language model; image tokens in the batch",
-            ("q_proj", "v_proj"),
             vision=True,
         ),
     )

@@ -29,7 +29,10 @@ def run(ctx: RankContext) -> None:
     from repros.trainer.grid_axes import scenario_overrides
     from repros.trainer.guards import apply_guards, choose_guards, hazard_guards
     from repros.trainer.scenario import Scenario
-    from repros.trainer.silent_failures import raise_if_layer_adapters_got_no_gradient
+    from repros.trainer.silent_failures import (
+        raise_if_layer_adapters_got_no_gradient,
+        raise_if_vision_adapters_got_no_gradient,
+    )
 
     scenario = replace(Scenario(), **scenario_overrides(ctx.params["scenario"]))
     guards = choose_guards(scenario) if ctx.mode == "fixed" else hazard_guards(scenario, ctx.device_type, SPEC.id)
@@ -43,5 +46,8 @@ def run(ctx: RankContext) -> None:
         weight_sync.check_engine_model(trained.model)
     else:
         trained = train(scenario, ctx, guards)
+    # A LoRA by plain names on a vision-language model (F23): its vision tower's adapters that never reach the
+    # loss are the finding, not the decoder layers' (whose check would name F5's silent form for them).
+    raise_if_vision_adapters_got_no_gradient(ctx.facts["train"])
     raise_if_layer_adapters_got_no_gradient(ctx.facts["train"])
     after_training(trained, apply_guards(scenario, guards), ctx)

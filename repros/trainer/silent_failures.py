@@ -34,6 +34,39 @@ def raise_if_layer_adapters_got_no_gradient(train_facts: Mapping[str, Any]) -> N
         )
 
 
+class VisionAdaptersGotNoGradient(Exception):
+    """Training ran, but adapters a LoRA put on a vision-language model's vision tower never got a gradient
+    (neither ``None`` nor zero counts): the tower's layers whose output the model never reads (F23)."""
+
+
+#: A vision-language model's modules before its language model (a name's path component).
+VISION_COMPONENTS = ("vision_tower", "multi_modal_projector")
+
+
+def in_vision_tower(module_name: str) -> bool:
+    return any(part in VISION_COMPONENTS for part in module_name.split("."))
+
+
+def vision_adapters_without_gradient(grad_norms: Mapping[str, Sequence[Any]]) -> list[str]:
+    """Adapter parameters in a vision tower with no positive finite gradient at any step (DeepSpeed reports
+    an unused parameter's gradient as zero, FSDP2 and DDP as ``None``)."""
+    return sorted(
+        name
+        for name, values in grad_norms.items()
+        if in_vision_tower(name) and not any(isinstance(v, int | float) and v > 0 for v in values)
+    )
+
+
+def raise_if_vision_adapters_got_no_gradient(train_facts: Mapping[str, Any]) -> None:
+    norms: Mapping[str, Sequence[Any]] = train_facts.get("adapter_grad_norms") or {}
+    missing = vision_adapters_without_gradient(norms)
+    if missing:
+        raise VisionAdaptersGotNoGradient(
+            f"vision adapters got no gradient: {len(missing)} of {len(norms)} adapter parameters are in the vision "
+            f"tower and got no gradient at any step (e.g. {missing[0]})"
+        )
+
+
 class ReloadedAdapterDiffers(Exception):
     """The adapter was saved and loaded back into a fresh model without an error, but the model
     it makes does not give the trained model's logits."""

@@ -5,8 +5,9 @@ attention's query and value). Written for a Llama, those names mean something el
 another family: Phi-3 keeps query, key and value in one ``qkv_proj`` and gate and up in one
 ``gate_up_proj``; a LLaVA's CLIP tower has ``q_proj``/``v_proj`` of its own, so the plain names also put
 adapters on the frozen vision tower. The fixed trainer's ``family-target-modules`` guard
-(``Scenario.family_targets``) resolves them per family (``family_target_names``; for a VLM, the language
-model's full module names only); the ``bug`` mode keeps the user's names.
+(``Scenario.family_targets``) resolves them per family (``family_target_names``, by the family's own
+``Family.fused_targets``; for a VLM, the language model's full module names only); the ``bug`` mode keeps
+the user's names.
 
 In both modes every name must match at least one module (``resolve_targets``): PEFT raises ("Target
 modules ... not found in the base model") only when no name matches at all, and is silent when some do;
@@ -21,18 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from repros.runtime.families import Family
-from repros.trainer.silent_failures import TargetModulesMatchNothing
-
-#: Phi-3's fused projections: where the separate projections' names live in it.
-FUSED_NAMES = {
-    "q_proj": "qkv_proj",
-    "k_proj": "qkv_proj",
-    "v_proj": "qkv_proj",
-    "gate_proj": "gate_up_proj",
-    "up_proj": "gate_up_proj",
-}
-#: A VLM's modules before its language model (a name's path component): never LoRA targets.
-VISION_COMPONENTS = ("vision_tower", "multi_modal_projector")
+from repros.trainer.silent_failures import TargetModulesMatchNothing, in_vision_tower
 
 
 def matches(module_name: str, target: str) -> bool:
@@ -40,14 +30,10 @@ def matches(module_name: str, target: str) -> bool:
     return module_name == target or module_name.endswith("." + target)
 
 
-def in_vision_tower(module_name: str) -> bool:
-    return any(part in VISION_COMPONENTS for part in module_name.split("."))
-
-
 def family_target_names(family: Family, requested: Sequence[str]) -> tuple[str, ...]:
     """``requested`` with each name mapped to where it lives in ``family`` (Phi-3's fused projections),
     each once, in order."""
-    names = [FUSED_NAMES.get(n, n) if family.fused_projections else n for n in requested]
+    names = [family.target_name(n) for n in requested]
     return tuple(dict.fromkeys(names))
 
 

@@ -50,9 +50,11 @@ def _head_dim() -> int:
 
 
 #: The CLIP vision tower of the LLaVA test model, per size: hidden, layers, heads, MLP, image side, patch side.
-#: ``tiny`` sees a 28x28 image as 4 patches of 14; ``small`` a 112x112 image as 64.
+#: ``tiny`` sees a 28x28 image as 4 patches of 14; ``small`` a 112x112 image as 64. No width below 64:
+#: bitsandbytes quantizes 4-bit weights in blocks of 64 inputs, and its CPU path cannot pack a narrower layer
+#: (``shape '[32, 0]' is invalid``), which no real CLIP (hidden 768 and up) meets.
 _VISION_SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
-    "tiny": (32, 2, 2, 64, 28, 14),
+    "tiny": (64, 2, 2, 128, 28, 14),
     "small": (256, 4, 4, 1024, 112, 14),
 }
 #: The LLaVA test model's image token: an id inside the vocabulary (the last one), never drawn as text.

@@ -294,3 +294,31 @@ def test_a_rule_may_hold_on_one_device_kind_only() -> None:
     with pytest.raises(UserError) as info:
         load_grid(PATH, {**RAW, "expect": [{**cpu_only, "device": "tpu"}]}, ["ci", "nightly"])
     assert info.value.field == "grid.expect[0].device" and "cuda" in info.value.fix
+
+
+def test_a_rule_may_hold_in_some_model_families_only() -> None:
+    in_llava = {
+        "combination": {"engine": "ddp"},
+        "family": "llava",
+        "outcome": "REPRODUCED",
+        "signature": "F23",
+        "established_by": "grid ... --only family=llava",
+    }
+    raw = {
+        **RAW,
+        "expect": [
+            in_llava,
+            {"combination": {"engine": "ddp"}, "outcome": "REPRODUCED", "signature": "F4", "established_by": "grid"},
+        ],
+    }
+    g = load_grid(PATH, raw, ["ci", "nightly"])
+    assert g is not None
+    base = item(mode=AS_WRITTEN, scenario={"engine": "ddp"}, outcome="REPRODUCED", signature="F23.unused-vision")
+    llava = annotate(g, base.evolve(family="llava", cell="c@llava"))
+    assert llava.expected == "REPRODUCED" and llava.matched and (llava.expected_when or {})["family"] == "llava"
+    qwen2 = annotate(g, base)  # no family in the record: the default family, which reads the next rule
+    assert qwen2.expected == "REPRODUCED" and not qwen2.matched
+    for bad, message in (("gpt2", "unknown model family 'gpt2'"), ([], "names no family")):
+        with pytest.raises(UserError) as info:
+            load_grid(PATH, {**RAW, "expect": [{**in_llava, "family": bad}]}, ["ci", "nightly"])
+        assert info.value.field == "grid.expect[0].family" and message in str(info.value)

@@ -46,3 +46,22 @@ def test_explain_calls_a_log_of_it_probable_and_says_it_needs_the_family() -> No
 
 def test_it_runs_in_the_vision_families_only() -> None:
     assert {f for f in FAMILIES if f not in F23.impossible_in} == {f.name for f in FAMILIES.values() if f.vision}
+
+
+#: The grid's DeepSpeed and FSDP2 combinations in a LLaVA (``grid --cells current --only family=llava``,
+#: 2026-11-26): nothing raised, the last CLIP layer's adapters got no gradient, the scenario item named it.
+SILENT = (
+    "vision adapters got no gradient: 4 of 16 adapter parameters are in the vision tower and got no gradient at "
+    "any step (e.g. base_model.model.model.vision_tower.encoder.layers.1.self_attn.q_proj.lora_A.default.weight)"
+)
+
+
+def test_the_silent_form_under_deepspeed_or_fsdp2_is_f23_in_a_vlm_run_only() -> None:
+    def silent(facts: dict[str, Any]) -> tuple[str, str | None]:
+        etype = "repros.trainer.silent_failures.VisionAdaptersGotNoGradient"
+        launch = failed_launch({r: error_record(r, etype, SILENT, facts=facts) for r in (0, 1)}, {0: 1, 1: 1})
+        obs = classify("bug", F23, launch)
+        return obs.outcome, obs.signature
+
+    assert silent({"engine": "deepspeed", "family": "llava"}) == (REPRODUCED, "F23.silent-vision-adapters")
+    assert silent({"engine": "fsdp2", "family": "qwen2"})[0] == DIFFERENT_ERROR

@@ -12,7 +12,11 @@ from repros.runtime.families import DEFAULT_FAMILY, FAMILIES, current_family, us
 from repros.trainer.grid_axes import DECODER_LINEARS
 from repros.trainer.guards import Guard, apply_guards, choose_guards
 from repros.trainer.scenario import Scenario
-from repros.trainer.silent_failures import TargetModulesMatchNothing
+from repros.trainer.silent_failures import (
+    TargetModulesMatchNothing,
+    VisionAdaptersGotNoGradient,
+    raise_if_vision_adapters_got_no_gradient,
+)
 from repros.trainer.targets import family_target_names, resolution_changes, resolve_targets
 
 
@@ -61,10 +65,12 @@ def test_every_family_is_complete() -> None:
     for name, family in FAMILIES.items():
         assert family.name == name
         assert Version(family.min_transformers) >= Version("4.28.0")
-        assert family.attention_targets and all(family.attention_targets)
+        assert all(old and new and old != new for old, new in family.fused_targets)
         assert family.model_class and family.traits
     assert FAMILIES["gemma2"].tied_embeddings and FAMILIES["gemma2"].attn_implementation == "eager"
     assert FAMILIES["phi3"].fused_projections and FAMILIES["qwen2-moe"].moe and FAMILIES["llava"].vision
+    assert [f.name for f in FAMILIES.values() if f.fused_projections] == ["phi3"]
+    assert FAMILIES["phi3"].target_name("v_proj") == "qkv_proj" and FAMILIES["phi3"].target_name("o_proj") == "o_proj"
 
 
 def test_use_family_rejects_an_unknown_name_naming_the_known_ones() -> None:
@@ -128,6 +134,19 @@ def test_a_vlm_targets_its_language_model_only() -> None:
     # A name only the vision tower has matches nothing of the language model.
     with pytest.raises(TargetModulesMatchNothing, match="language model of the llava model"):
         resolve_targets(llava, ("q_proj", "fc1"), LLAVA, per_family=True)
+
+
+def test_vision_adapters_that_never_got_a_gradient_are_f23s_silent_form() -> None:
+    tower = "base_model.model.model.vision_tower.encoder.layers.{}.self_attn.q_proj.lora_A.default.weight"
+    language = "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.default.weight"
+    trained = {tower.format(0): [0.1, 0.2], language: [0.3, 0.1]}
+    raise_if_vision_adapters_got_no_gradient({"adapter_grad_norms": trained})  # every adapter trained
+    # DeepSpeed reports an unused parameter's gradient as zero, FSDP2 as none: both are no gradient.
+    for unused in ([0.0, 0.0], [None, None]):
+        with pytest.raises(VisionAdaptersGotNoGradient, match=r"^vision adapters got no gradient: 1 of 3"):
+            raise_if_vision_adapters_got_no_gradient({"adapter_grad_norms": {**trained, tower.format(1): unused}})
+    # The language model's own adapters are not this check's (F5's silent form looks at them).
+    raise_if_vision_adapters_got_no_gradient({"adapter_grad_norms": {language: [None, None]}})
 
 
 def test_the_family_target_guard_applies_where_the_names_need_resolving() -> None:
