@@ -25,6 +25,7 @@ from harness.config.repros import Discovery, discover
 from harness.core.errors import UserError
 from harness.environments import default_cache_dir
 from harness.execution.launchers import LAUNCHERS, default_launcher
+from harness.pipeline.executors import EXECUTORS, NEEDS
 from harness.planning.items import RunOptions
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES
@@ -238,6 +239,37 @@ OPTIONS: dict[str, Option] = {
             metavar="N",
         ),
         Option(
+            "executor",
+            ("--executor",),
+            "where items run: local (this machine, default), ray (one Ray task per item on the cluster at "
+            "--ray-address, else a local one), slurm (submitit job arrays, one per cell)",
+            kind="choice",
+            choices=EXECUTORS,
+            pytest_flags=("--repro-executor",),
+        ),
+        Option(
+            "ray_address",
+            ("--ray-address",),
+            "with --executor ray: the address of a running Ray cluster (host:port, or 'auto'); default: start a "
+            "local one for the run",
+            metavar="ADDR",
+        ),
+        Option(
+            "slurm_folder",
+            ("--slurm-folder",),
+            "with --executor slurm: where submitit keeps its jobs' files, a folder every node sees (default: "
+            "the run directory's 'slurm')",
+            kind="path",
+        ),
+        Option(
+            "slurm_param",
+            ("--slurm-param",),
+            "with --executor slurm: submitit parameters NAME=VALUE, comma-separated (repeatable; e.g. "
+            "slurm_partition=gpu,timeout_min=60, or cluster=local for submitit's local executor)",
+            kind="csv",
+            metavar="NAME=VALUE",
+        ),
+        Option(
             "reruns",
             ("--reruns",),
             "run an item again, up to N times, while its outcome contradicts its "
@@ -349,6 +381,41 @@ def cache_dir(value: Path | None, for_writing: bool = False) -> Path:
     return path.resolve()
 
 
+def executor_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--executor`` and its options, checked: a cluster executor's package is installed, and an
+    option of one executor is not given to another."""
+    name = values.get("executor") or "local"
+    if name in NEEDS:
+        package, extra = NEEDS[name]
+        try:
+            __import__(package)
+        except ImportError:
+            raise UserError(
+                "--executor",
+                name,
+                f"needs the '{package}' package, which is not installed",
+                f"pip install 'ft-regress[{extra}]' (or: pip install {package})",
+            ) from None
+    if values.get("ray_address") and name != "ray":
+        raise UserError("--ray-address", values["ray_address"], "is for --executor ray", "add --executor ray")
+    for option, flag in (("slurm_folder", "--slurm-folder"), ("slurm_param", "--slurm-param")):
+        if values.get(option) and name != "slurm":
+            raise UserError(flag, str(values[option]), "is for --executor slurm", "add --executor slurm")
+    parameters = []
+    for entry in csv(values.get("slurm_param")):
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise UserError("--slurm-param", entry, "is not NAME=VALUE", "e.g. --slurm-param slurm_partition=gpu")
+        parameters.append((key.strip(), value.strip()))
+    folder = values.get("slurm_folder")
+    return {
+        "executor": name,
+        "ray_address": values.get("ray_address"),
+        "slurm_folder": Path(folder).resolve() if folder else None,
+        "slurm_parameters": tuple(parameters),
+    }
+
+
 def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -> RunOptions:
     """``RunOptions`` from option values by destination (the CLI's namespace, or the plugin's)."""
     repros_dirs = tuple(Path(d).resolve() for d in check_repros_dirs(values.get("repros_dir") or []))
@@ -379,6 +446,7 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -
             raise UserError("--family", family, "unknown model family", f"use one of: {', '.join(FAMILIES)}")
     fields["launcher"] = values.get("launcher") or default_launcher()
     fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
+    fields.update(executor_fields(values))
     fields["reruns"] = values.get("reruns") or 0
     fields["as_of"] = values.get("as_of")
     if values.get("repeat") == 0:

@@ -67,7 +67,7 @@ def with_attempts(final: ItemRecord, earlier: list[Attempt]) -> ItemRecord:
     kept = [Path(a.item_dir).name for a in earlier if a.item_dir]
     if kept:
         said += f"; kept beside the item: {', '.join(kept)}"
-    return final.evolve(attempts=earlier, flaky=final.matched, reasons=[*final.reasons, said])
+    return final.evolve(attempts=[*earlier, *final.attempts], flaky=final.matched, reasons=[*final.reasons, said])
 
 
 def repeated(final: ItemRecord, earlier: list[Attempt], final_dir: Path | None) -> ItemRecord:

@@ -1,5 +1,6 @@
-"""Run planned items on threads, as many at once as ``--jobs`` and the machine's free cores,
-memory and GPUs allow (``scheduler.Slots``); record each on the main thread as it finishes.
+"""Run planned items through the run's executor (``harness/pipeline/executors``), as many at once
+as it takes, and record each on the main thread as it finishes. An item's attempts (``--repeat``,
+``--reruns``, and a run again after its node was lost) are decided here, whatever the executor.
 A cell's launcher resources (its pre-imported worker) are released once its last item is done."""
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.config.repros import Repro
-from harness.environments import Environment, Environments, Resolved
-from harness.execution.launchers import Launcher, kill_in_flight
-from harness.execution.scheduler import Demand, Machine, Slots
+from harness.environments import Resolved
 from harness.pipeline import attempts as reruns
-from harness.pipeline.observe import observe_item
+from harness.pipeline.executors import Attempted, Executor, ItemJob
+from harness.pipeline.executors.lost import attempt_until_not_lost
 from harness.planning.commands import repro_command
 from harness.planning.items import PlannedItem, RunOptions
 from harness.records.item import Attempt, ItemRecord
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import CellMeta
 from repros.runtime.outcomes import Outcome
 
 
@@ -40,52 +41,67 @@ class Dispatch:
         opts: RunOptions,
         run_id: str,
         run_dir: RunDir,
-        launcher: Launcher,
+        executor: Executor,
         on_record: Callable[[ItemRecord], None],
         on_progress: Callable[[int], None] = lambda running: None,
-        environments: Environments | None = None,
         policy: ItemPolicy | None = None,
+        on_cell: Callable[[str, CellMeta], None] = lambda cell, meta: None,
     ) -> None:
         self.policy = policy or ItemPolicy()
-        self.futures: dict[Future[ItemRecord | None], tuple[PlannedItem, Resolved]] = {}
-        self.environments = environments
+        self.futures: dict[Future[ItemRecord | None], tuple[PlannedItem, Resolved | None]] = {}
         self.known = [r.spec for r in opts.discovery.repros.values()]
         self.opts = opts
         self.run_id = run_id
         self.run_dir = run_dir
-        self.launcher = launcher
+        self.executor = executor
         self.on_record = on_record
         self.on_progress = on_progress
-        self.machine = Machine.detect()
-        self.slots = Slots(self.machine, opts.jobs)
+        #: A remote executor's node says how it found a cell's environment: said once per cell.
+        self.on_cell = on_cell
+        self.cells_seen: set[str] = set()
         self.stop = threading.Event()
         self.pending: set[Future[ItemRecord | None]] = set()
         self.left_in_cell: dict[str, int] = {}
-        self.env_of_cell: dict[str, Environment] = {}
-        threads = opts.jobs or self.machine.cpus
-        self.executor = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="item")
+        self.resolved_of_cell: dict[str, Resolved | None] = {}
+        self._cell_meta: dict[str, CellMeta] = {}
+        self._lock = threading.Lock()
+        self.threads = ThreadPoolExecutor(max_workers=executor.in_flight(), thread_name_prefix="item")
 
-    def submit(self, items: list[PlannedItem], resolved: Resolved, collect: bool = True) -> None:
-        for item in items:
+    def submit(self, items: list[PlannedItem], resolved: Resolved | None, collect: bool = True) -> None:
+        jobs = [self._job(item) for item in items]
+        # A cluster executor may hand a cell's items to its scheduler at once (a Slurm job array).
+        self.executor.submit_cell(jobs)
+        for job in jobs:
+            item = job.item
             self.left_in_cell[item.cell.name] = self.left_in_cell.get(item.cell.name, 0) + 1
-            if resolved.env is not None:
-                self.env_of_cell[item.cell.name] = resolved.env
-            future = self.executor.submit(self._observe, item, resolved)
+            self.resolved_of_cell[item.cell.name] = resolved
+            future = self.threads.submit(self._observe, job, resolved)
             self.futures[future] = (item, resolved)
             self.pending.add(future)
         if collect:
             self.collect(block=False)
 
-    def _observe(self, item: PlannedItem, resolved: Resolved) -> ItemRecord | None:
+    def _job(self, item: PlannedItem) -> ItemJob:
+        return ItemJob(
+            run_id=self.run_id,
+            item=item,
+            repro=self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id],
+            repro_cmd=repro_command(self.opts, item),
+            known=self.known,
+        )
+
+    def _observe(self, job: ItemJob, resolved: Resolved | None) -> ItemRecord | None:
         """The item's record; with ``--repeat``, over every attempt; with ``--reruns``, after running it
-        again while it contradicts its expectation (``harness/pipeline/attempts.py``), every attempt kept."""
+        again while it contradicts its expectation (``harness/pipeline/attempts.py``), every attempt kept;
+        after a lost node, run again (``executors/lost.py``)."""
+        item = job.item
         earlier: list[Attempt] = []
         item_dir = self.run_dir.item_dir(item.id)
-        with self.slots.hold(Demand.for_item(item.world_size, self.machine)) as gpus:
+        with self.executor.place(item) as gpus:
             while True:
                 if self.stop.is_set():
                     return None
-                record = self._observe_once(item, resolved, gpus)
+                record = self._seen(attempt_until_not_lost(self.executor, job, resolved, gpus))
                 if self.opts.repeat > 1 and record.outcome != Outcome.UNRESOLVABLE:
                     if len(earlier) + 1 >= self.opts.repeat:
                         return reruns.repeated(record, earlier, item_dir if item_dir.exists() else None)
@@ -97,22 +113,20 @@ class Dispatch:
                 kept = reruns.set_aside(item_dir, len(earlier) + 1)
                 earlier.append(reruns.attempt_summary(record, kept))
 
-    def _observe_once(self, item: PlannedItem, resolved: Resolved, gpus: list[str]) -> ItemRecord:
-        return observe_item(
-            run_id=self.run_id,
-            item=item,
-            repro=self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id],
-            resolved=resolved,
-            run_dir=self.run_dir,
-            launcher=self.launcher,
-            repro_cmd=repro_command(self.opts, item),
-            gpus=gpus,
-            environments=self.environments,
-            known=self.known,
-        )
+    def _seen(self, attempted: Attempted) -> ItemRecord:
+        record = attempted.record
+        if attempted.cell_meta is not None:
+            with self._lock:
+                self._cell_meta.setdefault(record.cell, attempted.cell_meta)
+        return record
 
     def collect(self, block: bool) -> None:
         done, _ = wait(self.pending, timeout=0.2 if block else 0, return_when=FIRST_COMPLETED)
+        with self._lock:
+            said = {c: m for c, m in self._cell_meta.items() if c not in self.cells_seen}
+            self.cells_seen.update(said)
+        for cell, meta in said.items():
+            self.on_cell(cell, meta)
         for future in done:
             self.pending.discard(future)
             item, resolved = self.futures.pop(future)
@@ -128,8 +142,8 @@ class Dispatch:
                     self.submit([follow_up], resolved, collect=False)
             cell = record.cell
             self.left_in_cell[cell] -= 1
-            if self.left_in_cell[cell] == 0 and cell in self.env_of_cell:
-                self.launcher.cell_done(self.env_of_cell[cell])
+            if self.left_in_cell[cell] == 0:
+                self.executor.cell_done(self.resolved_of_cell.get(cell))
         self.on_progress(len(self.pending))
 
     def drain(self) -> None:
@@ -139,10 +153,14 @@ class Dispatch:
     def abort(self) -> None:
         """Stop: no new item starts, the running ones are killed, their records dropped."""
         self.stop.set()
-        kill_in_flight()
-        self.launcher.abort()
-        self.executor.shutdown(wait=True, cancel_futures=True)
-        kill_in_flight()
+        self.executor.abort()
+        self.threads.shutdown(wait=True, cancel_futures=True)
+        self.executor.abort()
 
     def concurrency(self) -> dict[str, Any]:
-        return {"jobs": self.opts.jobs, "machine": self.machine.describe(), "most_at_once": self.slots.peak}
+        described = self.executor.describe()
+        return {
+            "jobs": self.opts.jobs,
+            **{k: v for k, v in described.items() if k != "name"},
+            "executor": described["name"],
+        }

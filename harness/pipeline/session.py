@@ -41,12 +41,13 @@ from harness.config.repros import BrokenRepro
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.invocation import program, program_text
 from harness.core.text import plain
-from harness.environments import Environments, Resolved
+from harness.environments import Environments
 from harness.execution.containment import cgroups
 from harness.execution.containment.leftovers import sweep_dead_runs
-from harness.execution.launchers import Launcher, LauncherContext, make_launcher
 from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.pipeline.cell_state import cell_meta
 from harness.pipeline.dispatch import Dispatch, ItemPolicy
+from harness.pipeline.executors import Executor, ExecutorContext, make_executor
 from harness.pipeline.observe import broken_record, now
 from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
 from harness.records.item import ItemRecord, counts_text
@@ -91,6 +92,10 @@ def options_record(opts: RunOptions) -> StoredOptions:
         reports_dir=str(opts.reports_dir),
         launcher=opts.launcher,
         jobs=opts.jobs,
+        executor=opts.executor,
+        ray_address=opts.ray_address,
+        slurm_folder=str(opts.slurm_folder) if opts.slurm_folder else None,
+        slurm_parameters=list(opts.slurm_parameters),
         reruns=opts.reruns,
         repeat=opts.repeat,
         as_of=opts.as_of,
@@ -128,27 +133,6 @@ def start_meta(
             **more,
         }
     )
-
-
-def cell_meta(cell: Cell, resolved: Resolved) -> CellMeta:
-    env = resolved.env
-    if env is None:
-        return CellMeta(unavailable=resolved.reason, requested=cell.packages, floating=cell.floating)
-    repaired = {"repaired": env.repaired} if env.repaired else {}
-    meta = CellMeta(
-        key=env.key,
-        provider=env.provider,
-        reused=env.reused,
-        build_s=env.build_s,
-        python=env.python_version,
-        requested=cell.packages,
-        packages=env.packages,
-        extensions_dir=env.extensions_dir,
-        **repaired,
-    )
-    if env.lock is None:
-        return meta
-    return meta.model_copy(update={"floating": cell.floating, "lock": list(env.lock), "resolution": env.resolution})
 
 
 def progress_line(record: ItemRecord) -> str:
@@ -326,7 +310,9 @@ class RunSession:
             verb += f"shard {shard.index}/{shard.count} of {len(shard.planned_all)} items: "
         self._say(f"{verb}{len(todo)} items → {run_dir.path}")
 
-        launcher = make_launcher(self.opts.launcher, LauncherContext(log_dir=run_dir.workers_dir))
+        executor = make_executor(
+            self.opts.executor, self._executor_context(run_dir), run_dir, run_id, self.environments
+        )
         previous = {
             signum: signal.signal(signum, self._on_stop_signal)
             for signum in STOP_SIGNALS
@@ -337,7 +323,7 @@ class RunSession:
         # background job of a non-interactive shell inherits it ignored).
         previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            self._run_items(run_dir, run_id, todo, broken_todo, launcher)
+            self._run_items(run_dir, run_id, todo, broken_todo, executor)
         except KeyboardInterrupt:
             self.interrupted = "SIGINT"
         except RunInterrupted as exc:
@@ -345,8 +331,8 @@ class RunSession:
         except ResultsWriteError as exc:
             self.write_error = str(exc)
         finally:
-            launcher.close()
-            for name, info in launcher.describe().items():
+            executor.close()
+            for name, info in executor.workers().items():
                 found = self.cells.get(name) or self.meta.cells.get(name) or CellMeta()
                 self.cells[name] = found.model_copy(update={"worker": info})
             for signum, handler in previous.items():
@@ -360,7 +346,7 @@ class RunSession:
         run_id: str,
         todo: list[PlannedItem],
         broken_todo: list[tuple[Cell, BrokenRepro]],
-        launcher: Launcher,
+        executor: Executor,
     ) -> None:
         by_cell: dict[str, list[PlannedItem]] = {}
         for item in todo:
@@ -408,10 +394,16 @@ class RunSession:
                 writer.append(unloadable)
                 self.records.append(unloadable)
                 self._say(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})")
-            dispatch = Dispatch(self.opts, run_id, run_dir, launcher, record, running, self.environments, self.policy)
+            dispatch = Dispatch(
+                self.opts, run_id, run_dir, executor, record, running, self.policy, on_cell=self._cell_ready(run_dir)
+            )
             try:
                 for cell_name, items in by_cell.items():
                     cell = items[0].cell
+                    if not executor.builds_environments:
+                        # Each node makes the cell's environment ready itself; its first item says how.
+                        dispatch.submit(items, None)
+                        continue
                     if self.opts.jobs == 1:
                         # One item at a time: nothing else runs while an environment is built.
                         dispatch.drain()
@@ -425,13 +417,7 @@ class RunSession:
                             self._say(f"{cell_name}: {resolved.env.repaired}")
                     else:
                         self._say(f"{cell_name}: environment unavailable\n{resolved.reason}")
-                    self.cells[cell_name] = cell_meta(cell, resolved)
-                    try:
-                        run_dir.append_cell(cell_name, self.cells[cell_name])
-                    except OSError as exc:  # a full disk: stop cleanly, keeping what was written
-                        raise ResultsWriteError(
-                            f"{run_dir.cells_path}: could not be written ({exc.strerror or exc})"
-                        ) from exc
+                    self._cell_ready(run_dir)(cell_name, cell_meta(cell, resolved))
                     dispatch.submit(items, resolved)
                 dispatch.drain()
             except BaseException:
@@ -439,6 +425,31 @@ class RunSession:
                 raise
             finally:
                 self.meta = self.meta.evolve(concurrency=dispatch.concurrency())
+
+    def _executor_context(self, run_dir: RunDir) -> ExecutorContext:
+        opts = self.opts
+        return ExecutorContext(
+            run_dir=run_dir.path,
+            node_cache_dir=opts.cache_dir if opts.cache_dir_given else None,
+            cache_max_gb=opts.cache_max_gb,
+            launcher=opts.launcher,
+            jobs=opts.jobs,
+            ray_address=opts.ray_address,
+            slurm_folder=opts.slurm_folder,
+            slurm_parameters=opts.slurm_parameters,
+        )
+
+    def _cell_ready(self, run_dir: RunDir) -> Callable[[str, CellMeta], None]:
+        """Keep a cell's environment as the run found it (``cells.jsonl`` now, ``run.json`` at the end)."""
+
+        def ready(cell_name: str, meta: CellMeta) -> None:
+            self.cells[cell_name] = meta
+            try:
+                run_dir.append_cell(cell_name, meta)
+            except OSError as exc:  # a full disk: stop cleanly, keeping what was written
+                raise ResultsWriteError(f"{run_dir.cells_path}: could not be written ({exc.strerror or exc})") from exc
+
+        return ready
 
     def _write_meta(self, run_dir: RunDir) -> None:
         try:

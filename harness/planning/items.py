@@ -52,6 +52,14 @@ class RunOptions:
     launcher: str = "worker"
     #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
     jobs: int = 1
+    #: Where items run (``harness/pipeline/executors``): "local", "ray" or "slurm".
+    executor: str = "local"
+    #: ``--executor ray``: an existing cluster's address (None: a local cluster for the run).
+    ray_address: str | None = None
+    #: ``--executor slurm``: the folder submitit keeps its jobs' files in (seen by every node).
+    slurm_folder: Path | None = None
+    #: ``--executor slurm``: submitit parameters (``--slurm-param partition=gpu``), name and value.
+    slurm_parameters: tuple[tuple[str, str], ...] = ()
     #: Run an item again, up to this many times, while its outcome contradicts its expectation
     #: (``--reruns``): a race upstream (ZeRO-3's gloo gathers before deepspeed 0.19.8) is told from
     #: a regression, every attempt kept.

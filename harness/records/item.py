@@ -201,6 +201,8 @@ class ItemRecord(BaseModel):
     #: ``grid``: the combination this item ran, axis -> value.
     scenario: dict[str, str] | None = None
     wall_s: float
+    #: The cluster node that ran the item (``--executor ray|slurm``); None: the orchestrator's machine.
+    node: str | None = None
     #: ``--reruns``: the earlier attempts of this item, and whether a rerun matched the
     #: expectation the first attempt contradicted.
     attempts: list[Attempt] = Field(default_factory=list)

@@ -82,6 +82,11 @@ class StoredOptions(_Meta):
     reports_dir: str = "reports"
     launcher: str | None = None
     jobs: int = 1
+    #: ``--executor`` and its options (a resumed run goes on where the first one ran).
+    executor: str = "local"
+    ray_address: str | None = None
+    slurm_folder: str | None = None
+    slurm_parameters: list[tuple[str, str]] = Field(default_factory=list)
     reruns: int = 0
     repeat: int = 1
     as_of: str | None = None

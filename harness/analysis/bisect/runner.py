@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,8 @@ from harness.environments import Environments, EnvironmentUnavailable, Resolved
 from harness.environments.releases import VersionsUnavailable, between, released_versions
 from harness.execution.containment.leftovers import sweep_dead_runs
 from harness.execution.launchers import LauncherContext, make_launcher
+from harness.pipeline.executors import Executor, ExecutorContext, ItemJob, make_executor
+from harness.pipeline.executors.lost import attempt_until_not_lost
 from harness.pipeline.observe import observe_item
 from harness.pipeline.session import new_run_id
 from harness.planning.commands import run_command
@@ -90,6 +92,13 @@ class BisectOptions:
     #: The base cell itself, where the caller made one (``watch``: a cell at last night's lock);
     #: else the matrix's ``cell``.
     base: Cell | None = None
+    #: Where each step runs (``--executor``): "local" builds and runs it here; "ray"/"slurm" on a node.
+    executor: str = "local"
+    #: Whether ``cache_dir`` was given (``--cache-dir``): then the nodes build there too (a shared path).
+    cache_dir_given: bool = False
+    ray_address: str | None = None
+    slurm_folder: Path | None = None
+    slurm_parameters: tuple[tuple[str, str], ...] = ()
 
 
 def signature_of(record: ItemRecord) -> tuple[str, str | None]:
@@ -183,6 +192,20 @@ class StepRunner:
         self.run_dir = run_dir
         # One item per environment: a pre-imported worker would save nothing.
         self.launcher = make_launcher(BISECT_LAUNCHER, LauncherContext(log_dir=run_dir.workers_dir))
+        #: A cluster's executor where the steps run on its nodes (``--executor ray|slurm``).
+        self.executor: Executor | None = None
+        if opts.executor != "local":
+            context = ExecutorContext(
+                run_dir=run_dir.path,
+                node_cache_dir=opts.cache_dir if opts.cache_dir_given else None,
+                cache_max_gb=opts.cache_max_gb,
+                launcher=BISECT_LAUNCHER,
+                jobs=1,
+                ray_address=opts.ray_address,
+                slurm_folder=opts.slurm_folder,
+                slurm_parameters=opts.slurm_parameters,
+            )
+            self.executor = make_executor(opts.executor, context, run_dir, run_id, None)
         self.run_id = run_id
         self.writer = writer
         self.console = console
@@ -200,6 +223,8 @@ class StepRunner:
             self.records[point] = self._by_identity[identity].evolve(bisect_step_s=0.0, same_as_earlier=True)
             return self.records[point]
         started = time.perf_counter()
+        if self.executor is not None:
+            return self._record_on_node(point, identity, started)
         try:
             cell = self.axis.cell(self.cell, point)
             resolved = self.environments.for_cell(cell)
@@ -240,6 +265,55 @@ class StepRunner:
         self.writer.append(record)
         self.records[point] = self._by_identity[identity] = record
         return record
+
+    def _record_on_node(self, point: str, identity: Hashable, started: float) -> ItemRecord:
+        """The step on a node of the cluster: the node builds the point's environment."""
+        assert self.executor is not None
+        try:
+            cell = self.axis.cell(self.cell, point)
+        except EnvironmentUnavailable as exc:
+            cell = dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}")
+            item = self._item(cell)
+            observed = observe_item(
+                run_id=self.run_id,
+                item=item,
+                repro=self.repro,
+                resolved=Resolved(None, exc.reason),
+                run_dir=self.run_dir,
+                launcher=self.launcher,
+                repro_cmd=self._command(cell, ()),
+            )
+        else:
+            item = self._item(cell)
+            job = ItemJob(self.run_id, item, self.repro, self._command(cell, self.axis.pins(point)))
+            observed = attempt_until_not_lost(self.executor, job, None, ()).record
+            if observed.env is not None and not observed.env.reused:
+                self.environments_built += 1
+        record = observed.evolve(bisect_point=point, bisect_step_s=round(time.perf_counter() - started, 3))
+        self.writer.append(record)
+        self.records[point] = self._by_identity[identity] = record
+        return record
+
+    def _item(self, cell: Cell) -> PlannedItem:
+        return PlannedItem(
+            cell, self.opts.repro, self.repro.module, self.opts.mode, self.repro.spec.world_size or cell.world_size
+        )
+
+    def _command(self, cell: Cell, pins: Sequence[tuple[str, str]]) -> str:
+        return run_command(
+            self.opts.matrix.path,
+            cell,
+            self.opts.repro,
+            self.opts.mode,
+            tuple(pins),
+            self.opts.cache_dir,
+            self.opts.repros_dirs,
+            module=self.repro.module,
+        )
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
 
     def report_step(self, point: str, state: State, role: str) -> None:
         rec = self.records[point]
@@ -398,16 +472,19 @@ def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
     sweep_dead_runs()
     with run_dir.locked(), run_dir.writer() as writer:
         steps = StepRunner(opts, cell, axis, environments, run_dir, run_id, writer, console)
-        # The endpoints first: what each showed defines "bad" and "good" for every step.
-        bad_signature = signature_of(steps.record(bad))
-        good_signature = signature_of(steps.record(good))
+        try:
+            # The endpoints first: what each showed defines "bad" and "good" for every step.
+            bad_signature = signature_of(steps.record(bad))
+            good_signature = signature_of(steps.record(good))
 
-        def probe(point: str, role: str) -> State:
-            state = state_of(steps.record(point), bad_signature, good_signature)
-            steps.report_step(point, state, role)
-            return state
+            def probe(point: str, role: str) -> State:
+                state = state_of(steps.record(point), bad_signature, good_signature)
+                steps.report_step(point, state, role)
+                return state
 
-        result = search(points, probe, verify=opts.verify)
+            result = search(points, probe, verify=opts.verify)
+        finally:
+            steps.close()
         final = axis.final(result) + unknown_points(axis, result, steps.records)
     moved_on = axis.moved_on(result.boundary) if isinstance(axis, DateAxis) and result.boundary else {}
     summary = {

@@ -47,6 +47,7 @@ class BisectCommand(Command):
             help="probe K more untested releases to catch a non-monotonic history",
         )
         options.add_cli_options(parser, ("repros_dir", "as_of"))
+        options.add_cli_options(parser, ("executor", "ray_address", "slurm_folder", "slurm_param"))
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         matrix, discovery = options.load(args.matrix, args.repros_dir)
@@ -69,5 +70,7 @@ class BisectCommand(Command):
             repros_dirs=tuple(d.resolve() for d in args.repros_dir),
             as_of=args.as_of,
             cache_max_gb=args.cache_max_gb,
+            cache_dir_given=args.cache_dir is not None,
+            **options.executor_fields(vars(args)),
         )
         return execute_bisect(opts, console)

@@ -28,7 +28,21 @@ class GridCommand(Command):
             help="restrict an axis to these values (repeatable)",
         )
         options.add_cli_options(
-            parser, ("model", "family", "out", "jobs", "reports_dir", "cache_dir", "launcher", "as_of")
+            parser,
+            (
+                "model",
+                "family",
+                "out",
+                "jobs",
+                "reports_dir",
+                "cache_dir",
+                "launcher",
+                "executor",
+                "ray_address",
+                "slurm_folder",
+                "slurm_param",
+                "as_of",
+            ),
         )
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:

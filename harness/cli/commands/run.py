@@ -74,6 +74,7 @@ class RunCommand(Command):
             help="pin a package over the selected cells' own spec (repeatable)",
         )
         options.add_cli_options(parser, ("launcher", "jobs", "reruns", "repeat", "model", "family", "as_of"))
+        options.add_cli_options(parser, ("executor", "ray_address", "slurm_folder", "slurm_param"))
         parser.add_argument(
             "--shard",
             metavar="I/N",
@@ -143,6 +144,10 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
         "family": ",".join(stored.families) or None,
         "as_of": stored.as_of,
         "launcher": args.launcher or stored.launcher,
+        "executor": args.executor or stored.executor,
+        "ray_address": args.ray_address or stored.ray_address,
+        "slurm_folder": args.slurm_folder or stored.slurm_folder,
+        "slurm_param": args.slurm_param or [f"{k}={v}" for k, v in stored.slurm_parameters],
         "jobs": args.jobs if args.jobs is not None else stored.jobs,
         "reruns": args.reruns if args.reruns is not None else stored.reruns,
         "repeat": args.repeat if args.repeat is not None else stored.repeat,

@@ -29,7 +29,20 @@ class WatchCommand(Command):
         )
         options.add_cli_options(parser, ("matrix", "lane", "cells", "repros", "modes", "out", "reports_dir"))
         options.add_cli_options(
-            parser, ("cache_dir", "cache_max_gb", "launcher", "jobs", "model", "as_of", "repros_dir")
+            parser,
+            (
+                "cache_dir",
+                "cache_max_gb",
+                "launcher",
+                "executor",
+                "ray_address",
+                "slurm_folder",
+                "slurm_param",
+                "jobs",
+                "model",
+                "as_of",
+                "repros_dir",
+            ),
         )
         parser.add_argument(
             "--pin",

@@ -1,0 +1,204 @@
+"""``--executor slurm``: items as Slurm jobs through submitit, one job array per cell.
+
+Each job runs ``node.run_on_node`` on the node Slurm gave it: the cell's environment from the
+node's cache (or the shared ``--cache-dir``), the ranks launched there as locally, under the
+cell environment's own Python; the job's function itself runs under the orchestrator's Python, which
+every node must see at the same path (a shared install, as submitit requires). Its record and files
+come back through submitit's folder (``--slurm-folder``, default the run directory's ``slurm``),
+and the orchestrator, the only writer of the run directory, collects them.
+
+A job that ends without a result (its node failed, it was preempted, cancelled or killed) is
+``ItemLost``, naming the node it wrote down when it started, and the item runs again as one job.
+
+``--slurm-param`` passes submitit's parameters (``slurm_partition=gpu``, ``timeout_min=90``, ...).
+Two are the harness's own: ``cluster=local`` runs jobs as processes on this machine (submitit's
+local executor, what the tests use where no Slurm runs), and ``gpu=true`` asks for ``world_size``
+GPUs per job (else ``world_size`` CPUs).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.environments import Resolved
+from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
+from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
+from harness.planning.items import PlannedItem
+from harness.records.run_dir import RunDir
+
+#: Items waited on at once on a real cluster (Slurm queues the rest; ``slurm_array_parallelism`` limits them).
+MOST_IN_FLIGHT = 512
+#: A job's limit where ``--slurm-param timeout_min`` does not say (items have their own, shorter, timeouts).
+DEFAULT_TIMEOUT_MIN = 120
+#: The harness's own parameters, not submitit's.
+OWN_PARAMETERS = ("cluster", "gpu")
+
+
+def _job_main(job: ItemJob, settings: NodeSettings, marker: str) -> NodeResult:
+    """The job: runs on the node Slurm chose (or, ``cluster=local``, a process here)."""
+    node = socket.gethostname()
+    if os.environ.get("SLURM_JOB_ID"):
+        node += f"/job {os.environ['SLURM_JOB_ID']}"
+    Path(marker).write_text(node)
+    return run_on_node(job, settings, node=node)
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+class SlurmExecutor:
+    name = "slurm"
+    builds_environments = False
+
+    def __init__(self, context: ExecutorContext, run_dir: RunDir, run_id: str) -> None:
+        import submitit
+
+        self.submitit: Any = submitit
+        self.context = context
+        self.run_dir = run_dir
+        parameters = {k: _value(v) for k, v in context.slurm_parameters}
+        cluster = parameters.pop("cluster", None)
+        self.gpu = str(parameters.pop("gpu", "false")).lower() in ("1", "true", "yes")
+        parameters.setdefault("timeout_min", DEFAULT_TIMEOUT_MIN)
+        self.parameters = parameters
+        self.folder = (context.slurm_folder or run_dir.path / "slurm").resolve()
+        self.markers = self.folder / "nodes"
+        self.markers.mkdir(parents=True, exist_ok=True)
+        self.executor: Any = submitit.AutoExecutor(folder=self.folder / "%j", cluster=cluster)
+        self.cluster: str = self.executor.cluster
+        self.settings = NodeSettings(
+            launcher=context.launcher, cache_dir=context.node_cache_dir, cache_max_gb=context.cache_max_gb
+        )
+        self._submitting = threading.Lock()
+        self._lock = threading.Lock()
+        #: The job each item's first attempt was submitted as (with its cell's array).
+        self._first: dict[str, tuple[Any, Path]] = {}
+        self._running: dict[str, Any] = {}
+        self.nodes_used: set[str] = set()
+        self.jobs_submitted = 0
+        self.lost = 0
+
+    @property
+    def arrays(self) -> bool:
+        """Whether a cell's items go in as one job array (on Slurm); submitit's local executor starts
+        every job of an array at once, so there each attempt is submitted as a thread frees up."""
+        return self.cluster != "local"
+
+    def in_flight(self) -> int:
+        return MOST_IN_FLIGHT if self.arrays else max(1, self.context.jobs or 1)
+
+    def _resources(self, world_size: int) -> dict[str, Any]:
+        wanted: dict[str, Any] = {"nodes": 1, "tasks_per_node": 1, "name": "ft-regress"}
+        if self.gpu:
+            wanted.update(gpus_per_node=world_size, cpus_per_task=world_size)
+        elif self.cluster != "local":
+            wanted["cpus_per_task"] = world_size
+        return {**wanted, **self.parameters}
+
+    def _marker(self, job: ItemJob) -> Path:
+        label = job.item.id.label().replace("/", "__")
+        return self.markers / f"{label}.{os.urandom(4).hex()}"
+
+    def submit_cell(self, jobs: Sequence[ItemJob]) -> None:
+        if not self.arrays:
+            return
+        by_world: dict[int, list[ItemJob]] = {}
+        for job in jobs:
+            by_world.setdefault(job.item.world_size, []).append(job)
+        with self._submitting:
+            for world_size, group in by_world.items():
+                self.executor.update_parameters(**self._resources(world_size))
+                markers = [self._marker(job) for job in group]
+                with self.executor.batch():
+                    handles = [
+                        self.executor.submit(_job_main, job, self.settings, str(marker))
+                        for job, marker in zip(group, markers, strict=True)
+                    ]
+                with self._lock:
+                    self.jobs_submitted += len(group)
+                    for job, handle, marker in zip(group, handles, markers, strict=True):
+                        self._first[job.item.id.label()] = (handle, marker)
+
+    def _submit_one(self, job: ItemJob) -> tuple[Any, Path]:
+        marker = self._marker(job)
+        with self._submitting:
+            self.executor.update_parameters(**self._resources(job.item.world_size))
+            handle = self.executor.submit(_job_main, job, self.settings, str(marker))
+        with self._lock:
+            self.jobs_submitted += 1
+        return handle, marker
+
+    def place(self, item: PlannedItem) -> AbstractContextManager[Sequence[str]]:
+        return contextmanager(no_placement)()
+
+    def attempt(self, job: ItemJob, resolved: Resolved | None, gpus: Sequence[str]) -> Attempted:
+        label = job.item.id.label()
+        with self._lock:
+            first = self._first.pop(label, None)
+        handle, marker = first if first is not None else self._submit_one(job)
+        with self._lock:
+            self._running[f"{label}:{handle.job_id}"] = handle
+        utils = self.submitit.core.utils
+        try:
+            result: NodeResult = handle.result()
+        except utils.UncompletedJobError as exc:
+            with self._lock:
+                self.lost += 1
+            node = marker.read_text() if marker.exists() else "not known (the job ended before the item started)"
+            raise ItemLost(
+                node, f"job {handle.job_id} ended without a result: {str(exc).splitlines()[0][:300]}"
+            ) from exc
+        except utils.FailedJobError as exc:
+            node = marker.read_text() if marker.exists() else "not known"
+            tail = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
+            raise ItemLost(
+                node, f"job {handle.job_id} failed: {tail}", retry=False, error_type="NodeJobFailed"
+            ) from exc
+        finally:
+            with self._lock:
+                self._running.pop(f"{label}:{handle.job_id}", None)
+        record = unpack_item(result, self.run_dir)
+        if result.attempted.node:
+            self.nodes_used.add(result.attempted.node)
+        return Attempted(record, result.attempted.cell_meta, result.attempted.node)
+
+    def cell_done(self, resolved: Resolved | None) -> None:
+        pass
+
+    def abort(self) -> None:
+        with self._lock:
+            handles = list(self._running.values()) + [h for h, _ in self._first.values()]
+            self._first.clear()
+        for handle in handles:
+            try:
+                handle.cancel(check=False)
+            except Exception:  # noqa: BLE001 - a job already gone
+                pass
+
+    def close(self) -> None:
+        self.abort()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cluster": self.cluster,
+            "folder": str(self.folder),
+            "nodes_used": sorted(self.nodes_used),
+            "jobs_submitted": self.jobs_submitted,
+            "lost": self.lost,
+        }
+
+    def workers(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,218 @@
+"""``--executor``: where items run. What a user notices: an item whose node died under it is run
+again and its lost attempt is kept as INFRA naming the node, never a classified outcome; an item
+lost every time is INFRA; a node's environment reaches ``run.json``; an item's files come back into
+the run directory; options of one executor given to another are refused with exit 2; and a lane
+run as submitit jobs (its local executor: no Slurm daemon here) gives the records a local run does.
+The real Ray cluster with a node killed is ``tests/integration/test_executors_real.py``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cli import options
+from harness.environments import Resolved
+from harness.pipeline.dispatch import Dispatch
+from harness.pipeline.executors import Attempted, ItemJob, ItemLost
+from harness.pipeline.executors.base import no_placement
+from harness.pipeline.executors.lost import LOST_RETRIES
+from harness.pipeline.executors.node import NodeResult, _pack, unpack_item
+from harness.pipeline.item_records import unobserved_record
+from harness.planning.items import PlannedItem, plan_items
+from harness.records.item import ItemRecord
+from harness.records.results import read_results
+from harness.records.run_dir import RunDir
+from harness.records.run_meta import CellMeta
+from repros.runtime.outcomes import Outcome
+from tests.support import fake_stack
+from tests.support.paths import REPO_ROOT
+
+
+class StandIn:
+    """An executor whose nodes die on cue: ``losses[label]`` attempts of an item are lost first."""
+
+    name = "stand-in"
+    builds_environments = False
+
+    def __init__(self, losses: dict[str, int], retry: bool = True) -> None:
+        self.losses = dict(losses)
+        self.retry = retry
+        self.calls: dict[str, int] = {}
+
+    def in_flight(self) -> int:
+        return 2
+
+    def submit_cell(self, jobs: Sequence[ItemJob]) -> None:
+        pass
+
+    def place(self, item: PlannedItem) -> AbstractContextManager[Sequence[str]]:
+        return contextmanager(no_placement)()
+
+    def attempt(self, job: ItemJob, resolved: Resolved | None, gpus: Sequence[str]) -> Attempted:
+        label = job.item.id.label()
+        self.calls[label] = self.calls.get(label, 0) + 1
+        if self.losses.get(label, 0) >= self.calls[label]:
+            raise ItemLost(f"node-{self.calls[label]}", "NodeDiedError: the raylet died", retry=self.retry)
+        record = unobserved_record(
+            outcome=Outcome.PASS,
+            error_type="",
+            run_id=job.run_id,
+            item=job.item.id,
+            reason="ran",
+            world_size=job.item.world_size,
+            repro_cmd=job.repro_cmd,
+            started_at="t",
+            finished_at="t",
+        ).evolve(error=None, node="node-ok")
+        return Attempted(record, CellMeta(key="k", provider="stand-in"), "node-ok")
+
+    def cell_done(self, resolved: Resolved | None) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def workers(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.fixture
+def planned(tmp_path: Path) -> Iterator[tuple[Any, list[PlannedItem]]]:
+    fake_stack.write_repro(tmp_path / "repros", "R1", "raise", "REPRODUCED")
+    fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a", "b"])
+    opts = options.selection({"matrix": tmp_path / "matrix.yaml", "repros_dir": [tmp_path / "repros"]})
+    yield opts, plan_items(opts).items
+
+
+def dispatch_all(
+    opts: Any, items: list[PlannedItem], executor: StandIn, tmp_path: Path
+) -> tuple[list[ItemRecord], dict]:
+    got: list[ItemRecord] = []
+    cells: dict[str, CellMeta] = {}
+
+    def on_cell(cell: str, meta: CellMeta) -> None:
+        assert cell not in cells, "a cell's environment is said once"
+        cells[cell] = meta
+
+    dispatch = Dispatch(opts, "run-1", RunDir(tmp_path / "out"), executor, got.append, on_cell=on_cell)
+    for cell in sorted({i.cell.name for i in items}):
+        dispatch.submit([i for i in items if i.cell.name == cell], None)
+    dispatch.drain()
+    return got, cells
+
+
+def test_an_item_whose_node_died_runs_again_and_keeps_the_lost_attempt_as_infra(tmp_path: Path, planned) -> None:
+    opts, items = planned
+    lost_item = items[0].id.label()
+    got, cells = dispatch_all(opts, items, StandIn({lost_item: 1}), tmp_path)
+    assert sorted(r.id.label() for r in got) == sorted(i.id.label() for i in items), "one record per item"
+    [record] = [r for r in got if r.id.label() == lost_item]
+    assert record.outcome == Outcome.PASS and record.node == "node-ok"
+    [lost] = record.attempts
+    assert lost.outcome == Outcome.INFRA and lost.error_type == "NodeLost"
+    assert "node-1" in lost.message and "raylet died" in lost.message
+    assert any("run again after its node was lost: attempt lost on node-1" in r for r in record.reasons)
+    assert all(not r.attempts for r in got if r.id.label() != lost_item)
+    assert set(cells) == {"a", "b"}, "each node's environment is kept for run.json"
+
+
+def test_an_item_lost_every_time_is_infra_naming_each_node(tmp_path: Path, planned) -> None:
+    opts, items = planned
+    label = items[0].id.label()
+    got, _ = dispatch_all(opts, items, StandIn({label: LOST_RETRIES + 1}), tmp_path)
+    [record] = [r for r in got if r.id.label() == label]
+    assert record.outcome == Outcome.INFRA and not record.matched
+    assert record.error is not None and record.error.type == "NodeLost"
+    assert all(f"node-{n}" in record.error.message for n in range(1, LOST_RETRIES + 2))
+    assert len(record.attempts) == LOST_RETRIES
+
+
+def test_an_item_no_node_can_take_is_infra_at_once(tmp_path: Path, planned) -> None:
+    opts, items = planned
+    label = items[0].id.label()
+    executor = StandIn({label: 5}, retry=False)
+    got, _ = dispatch_all(opts, items, executor, tmp_path)
+    assert executor.calls[label] == 1, "nothing is retried that cannot fit"
+    [record] = [r for r in got if r.id.label() == label]
+    assert record.outcome == Outcome.INFRA
+
+
+def test_an_items_files_from_a_node_land_in_the_run_directory(tmp_path: Path, planned) -> None:
+    opts, items = planned
+    node_dir = tmp_path / "node" / "items" / "a" / "R1-bug"
+    node_dir.mkdir(parents=True)
+    (node_dir / "rank0.json").write_text('{"rank": 0}')
+    (node_dir / "logs").mkdir()
+    (node_dir / "logs" / "rank0.log").write_text("trained")
+    record = (
+        StandIn({})
+        .attempt(ItemJob("run-1", items[0], opts.discovery.repros["R1"], "cmd"), None, ())
+        .record.evolve(item_dir=str(node_dir))
+    )
+    run_dir = RunDir(tmp_path / "out")
+    landed = unpack_item(NodeResult(Attempted(record), _pack(node_dir)), run_dir)
+    item_dir = run_dir.item_dir(record.id)
+    assert landed.as_json()["item_dir"] == str(item_dir)
+    assert (item_dir / "rank0.json").read_text() == '{"rank": 0}'
+    assert (item_dir / "logs" / "rank0.log").read_text() == "trained"
+
+
+def harness(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--ray-address", "127.0.0.1:6379"], "127.0.0.1:6379: is for --executor ray; add --executor ray"),
+        (["--slurm-param", "cluster=local"], "--slurm-param"),
+        (["--executor", "slurm", "--slurm-param", "partition"], "is not NAME=VALUE"),
+    ],
+)
+def test_an_option_of_another_executor_is_refused_with_exit_2(tmp_path: Path, given: list[str], said: str) -> None:
+    fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
+    done = harness("run", "--matrix", str(tmp_path / "matrix.yaml"), "--out", str(tmp_path / "out"), *given)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_lane_as_submitit_jobs_gives_the_records_of_a_local_run(tmp_path: Path) -> None:
+    env = fake_stack.run_env(fake_stack.install(tmp_path))
+    fake_stack.write_repro(tmp_path / "repros", "R1", "raise", "REPRODUCED")
+    fake_stack.write_repro(tmp_path / "repros", "R2", "pass", "NOT_REPRODUCED")
+    fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a", "b"])
+    common = ["run", "--matrix", str(tmp_path / "matrix.yaml"), "--repros-dir", str(tmp_path / "repros")]
+    local = harness(*common, "--out", str(tmp_path / "local"), env=env)
+    assert local.returncode == 0, local.stdout + local.stderr
+    jobs = harness(
+        *common, "--out", str(tmp_path / "jobs"), "--executor", "slurm", "--slurm-param", "cluster=local", env=env
+    )
+    assert jobs.returncode == 0, jobs.stdout + jobs.stderr
+
+    def seen(out: str) -> dict[tuple[str, str, str], str]:
+        return {r.key: r.outcome for r in read_results(tmp_path / out / "results.jsonl")}
+
+    assert seen("jobs") == seen("local") and len(seen("jobs")) == 4
+    records = list(read_results(tmp_path / "jobs" / "results.jsonl"))
+    assert all(r.node for r in records), "each record names the node that ran it"
+    assert all((tmp_path / "jobs" / "items" / r.cell / f"{r.repro}-{r.mode}" / "rank0.json").exists() for r in records)
+    meta = json.loads((tmp_path / "jobs" / "run.json").read_text())
+    assert meta["concurrency"]["executor"] == "slurm" and meta["concurrency"]["cluster"] == "local"
+    assert set(meta["cells"]) == {"a", "b"}
+    assert meta["options"]["executor"] == "slurm" and meta["options"]["slurm_parameters"] == [["cluster", "local"]]
