@@ -70,6 +70,9 @@ class Environment:
     #: How the lock was resolved: the day it was resolved as of, the seconds it took, what was
     #: exempted from the cut-off (a package a pin needs newer than the day).
     resolution: dict[str, object] | None = None
+    #: A build's seconds by step (``install``: uv, DeepSpeed and its op; ``share``: files linked to
+    #: the store; ``bytecode``; ``manifest``); ``build_s`` is their sum.
+    build_steps: dict[str, float] | None = None
 
     def version(self, package: str) -> str | None:
         return self.packages.get(package.lower().replace("_", "-"))

@@ -25,6 +25,7 @@ import json
 import os
 import stat
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -102,9 +103,12 @@ def _write(env_dir: Path, tree: Path, files: Mapping[str, FileEntry], links: Map
     tmp = env_dir / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         tmp.write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
+        seen = _file_id(tmp)
         os.replace(tmp, env_dir / MANIFEST)
     finally:
         tmp.unlink(missing_ok=True)
+    entries = dict(files)
+    _remember(env_dir / MANIFEST, seen, _Manifest(tree, entries, dict(links), _stats(entries)))
 
 
 def write_manifest(env_dir: Path, tree: Path, known: Known | None = None) -> int:
@@ -127,18 +131,70 @@ class _Manifest(NamedTuple):
     tree: Path
     files: dict[str, FileEntry]
     links: dict[str, str]
+    #: Each file's (size, mtime, ctime, inode, mode): what a walk that finds nothing moved compares.
+    stats: dict[str, tuple[int, ...]]
+
+
+def _stats(files: Mapping[str, FileEntry]) -> dict[str, tuple[int, ...]]:
+    return {rel: tuple(entry[:5]) for rel, entry in files.items()}
+
+
+def _found_stats(found: _Scan) -> dict[str, tuple[int, ...]]:
+    return {rel: (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode) for rel, st in found.files.items()}
+
+
+#: Manifests read by this process, by path, with the (inode, size, mtime) of the file they were read
+#: from: a check reads ``manifest.json`` again only where it was rewritten (parsing one for a torch
+#: environment, ~13 MiB in memory, costs about as much as walking the tree). The most recently used
+#: few: a run checks one cell's environment item after item (a few at once with ``--jobs``).
+_READ: OrderedDict[Path, tuple[tuple[int, int, int], _Manifest]] = OrderedDict()
+_READ_KEPT = 4
+_READ_LOCK = threading.Lock()
+
+
+def _remember(path: Path, seen: tuple[int, int, int], manifest: _Manifest) -> None:
+    with _READ_LOCK:
+        _READ[path] = (seen, manifest)
+        _READ.move_to_end(path)
+        while len(_READ) > _READ_KEPT:
+            _READ.popitem(last=False)
+
+
+def _file_id(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _row(row: list[object]) -> FileEntry:
     if len(row) != len(FileEntry._fields) or not isinstance(row[5], str):
         raise ValueError(f"a file's entry has {len(row)} fields, not {len(FileEntry._fields)}")
-    size, mtime_ns, ctime_ns, ino, mode = (int(str(v)) for v in row[:5])
+    size, mtime_ns, ctime_ns, ino, mode = row[:5]
+    if not (type(size) is type(mtime_ns) is type(ctime_ns) is type(ino) is type(mode) is int):
+        raise ValueError(f"a file's entry has a field that is not an integer: {row[:5]}")
     return FileEntry(size, mtime_ns, ctime_ns, ino, mode, row[5])
 
 
 def _read(env_dir: Path) -> _Manifest | str:
-    """The manifest, or what is wrong with it."""
+    """The manifest, or what is wrong with it (parsed once per version of the file)."""
     path = env_dir / MANIFEST
+    try:
+        seen = _file_id(path)
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except OSError as exc:
+        return f"{path} is unreadable ({exc})"
+    with _READ_LOCK:
+        cached = _READ.get(path)
+    if cached is not None and cached[0] == seen:
+        _remember(path, seen, cached[1])
+        return cached[1]
+    manifest = _parse(path)
+    if isinstance(manifest, _Manifest):
+        _remember(path, seen, manifest)
+    return manifest
+
+
+def _parse(path: Path) -> _Manifest | str:
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -155,7 +211,7 @@ def _read(env_dir: Path) -> _Manifest | str:
         links = {str(rel): str(target) for rel, target in payload["links"].items()}
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         return f"{path} is unreadable ({type(exc).__name__}: {exc})"
-    return _Manifest(tree, files, links)
+    return _Manifest(tree, files, links, _stats(files))
 
 
 def _is_bytecode(rel: str) -> bool:
@@ -208,6 +264,8 @@ def damage(env_dir: Path) -> list[str]:
         return [manifest]
     tree = manifest.tree
     found = _scan(tree)
+    if found.links == manifest.links and _found_stats(found) == manifest.stats:
+        return []  # nothing moved: every file as listed (the usual case, and the cheap one)
     problems: dict[str, str] = {}
     to_hash: list[str] = []
     listed_names = set(manifest.files) | set(manifest.links)

@@ -9,16 +9,18 @@ directory is wiped and rebuilt). A lock file per key keeps two runs from buildin
 the same environment at once.
 
 DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built
-without build isolation against it, with its shared-memory comm op compiled ahead of
-time (``DS_BUILD_SHM_COMM=1``, DeepSpeed's own way to pre-install ops): every
-``deepspeed.init_distributed`` on a CPU accelerator loads that op, and compiled just
-in time it cost ~40 s in every new environment. The wheel so built is only right for
-the torch it was built against, so it is cached in a uv cache of its own per
-(interpreter, torch, platform, accelerator) pair, never in the shared one: the next
-environment with the same pair installs it in well under a second and compiles
-nothing. Where it cannot be built ahead of time (no compiler, a release without the
-switch) DeepSpeed is installed plainly and compiles the op at first use, in the
-environment's own ``TORCH_EXTENSIONS_DIR``, as before.
+without build isolation against it. Every ``deepspeed.init_distributed`` on a CPU
+accelerator loads its shared-memory comm op, which compiled just in time cost ~40 s in
+every new environment; so it is compiled ahead of time (``DS_BUILD_SHM_COMM=1``,
+DeepSpeed's own way to pre-install ops), once per distinct build, not once per release
+(``deepspeed_ops.py``): DeepSpeed is installed without ops (a pure-Python wheel, cached
+per (interpreter, torch, platform, accelerator) pair in a uv cache of its own, never the
+shared one, since it records the torch it was built against), then the op is placed in
+from the shared build of its key (its sources, builders, interpreter, torch, compiler,
+switches), or built by DeepSpeed's setup into this environment and kept as that key's
+build. Where it cannot be built ahead of time (no compiler, a release without the op)
+DeepSpeed stays as installed and compiles the op at first use, in the environment's own
+``TORCH_EXTENSIONS_DIR``, as before.
 
 """
 
@@ -32,6 +34,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -64,6 +67,7 @@ from harness.environments.cache import (
     share_files,
     write_size,
 )
+from harness.environments.deepspeed_ops import GraftFailed, built_op, graft, harvest, op_key, site_packages
 from harness.environments.index import IndexConfig
 from harness.environments.integrity import damage, describe, write_manifest
 from harness.environments.inventory import list_distributions
@@ -74,16 +78,29 @@ from harness.environments.specs import NEWEST, requirement
 #: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
 #: 4: files copied from uv's cache (never hard-linked), and a manifest to verify them by.
 #: 5: bytecode compiled at build, and a manifest of content digests (``integrity.py``).
-RECIPE_VERSION = 5
+#: 6: DeepSpeed without ops, its comm op built once per distinct build and placed in
+#:    (``deepspeed_ops.py``), compiled without debug information (``-g0`` now reaches C++).
+RECIPE_VERSION = 6
 #: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
-#: ``-g0``: no debug information (Python's own flags ask for it; over torch's headers it
-#: triples the compile time, and the JIT build it replaces had none either).
-DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "CFLAGS": "-g0"}
+#: ``DS_ENABLE_NINJA``: the op's two sources compile at once (setup.py otherwise compiles
+#: pre-installed ops one file after the other).
+DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "DS_ENABLE_NINJA": "1"}
+#: DeepSpeed installed without any op compiled in.
+DEEPSPEED_NO_OPS = {"DS_BUILD_OPS": "0"}
+#: Appended to Python's own compile flags for the op: no debug information (Python's flags ask
+#: for ``-g``; over torch's headers it doubles the compile time, and the JIT build it replaces had
+#: none either). In both ``CFLAGS`` and ``CXXFLAGS``: setuptools >= 72 compiles C++ with
+#: ``CXXFLAGS`` alone (else Python's flags), and each replaces Python's flags where set.
+OP_DEBUG_FLAGS = "-g0"
 #: A floating request's lock, beside its venv: the constraints every install step honours.
 LOCK_FILE = "lock.txt"
 #: The packages a cell leaves out (``exclude_packages``), as uv's ``--excludes`` reads them.
 EXCLUDES_FILE = "excludes.txt"
 ENV_RECORD = "env.json"
+#: Python's compile flags and C++ compiler, as the environment's own interpreter has them.
+_COMPILE_FLAGS_PROBE = (
+    "import json, sysconfig; print(json.dumps([sysconfig.get_config_var(k) or '' for k in ('CFLAGS', 'CXX')]))"
+)
 UV_TIMEOUT_S = 1800
 
 
@@ -217,14 +234,25 @@ class UvEnvironments:
             started = time.perf_counter()
             try:
                 env = self._build(request, key, env_dir)
-                env = Environment(**{**asdict(env), "build_s": time.perf_counter() - started, "repaired": repaired})
+                steps = {"install": time.perf_counter() - started}
                 tree = Path(env.python).parent.parent
                 shared = share_files(tree, self.cache_dir)
+                steps["share"] = time.perf_counter() - started - sum(steps.values())
                 # Bytecode once the sources are as they stay, then shared where another environment
                 # made the same; the manifest reuses the digests sharing computed.
                 self.compile_bytecode(env.python, tree, env_dir / "build.log")
                 bytecode = share_files(tree, self.cache_dir)
+                steps["bytecode"] = time.perf_counter() - started - sum(steps.values())
                 write_manifest(env_dir, tree, {**shared.digests, **bytecode.digests})
+                steps["manifest"] = time.perf_counter() - started - sum(steps.values())
+                env = Environment(
+                    **{
+                        **asdict(env),
+                        "build_s": time.perf_counter() - started,
+                        "build_steps": {k: round(v, 1) for k, v in steps.items()},
+                        "repaired": repaired,
+                    }
+                )
                 (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
                 (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
                 write_size(env_dir)
@@ -424,7 +452,7 @@ class UvEnvironments:
         )
 
     def ops_pair_key(self, python: str, torch_version: str) -> str:
-        """What a DeepSpeed wheel with compiled ops is only right for."""
+        """What a DeepSpeed wheel built against torch (with or without ops) is only right for."""
         material = {
             "python": python_identity(python),
             "torch": torch_version,
@@ -433,24 +461,93 @@ class UvEnvironments:
             "gpu_host": shutil.which("nvidia-smi") is not None,
             "uv": self.uv_version(),
             "switches": DEEPSPEED_PREBUILT_OPS,
+            "flags": OP_DEBUG_FLAGS,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+    def op_build_environ(self, python: str) -> tuple[dict[str, str], str]:
+        """The environment DeepSpeed's setup compiles the op in (the switches, Python's flags without
+        debug information, the venv's ninja on ``PATH``), and the compiler it will use."""
+        probe = subprocess.run(
+            [python, "-c", _COMPILE_FLAGS_PROBE],
+            capture_output=True,
+            text=True,
+            env=self.uv_environ(),
+            check=False,
+        )
+        try:
+            cflags, cxx = json.loads(probe.stdout)
+        except ValueError:
+            cflags, cxx = "", "c++"
+        flags = f"{cflags} {OP_DEBUG_FLAGS}".strip()
+        compiler = os.environ.get("CXX") or cxx or "c++"
+        try:
+            version = subprocess.run(
+                [compiler.split()[0], "--version"], capture_output=True, text=True, check=False, timeout=60
+            ).stdout.splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            version = []
+        path = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        environ = {**DEEPSPEED_PREBUILT_OPS, "CFLAGS": flags, "CXXFLAGS": flags, "PATH": path}
+        return environ, f"{compiler}: {version[0] if version else '?'}"
 
     def _install_deepspeed(
         self, python: str, request: EnvRequest, packages: dict[str, str], log: Path
     ) -> dict[str, object]:
-        """DeepSpeed with its comm op compiled in, from (or built into) its pair's own uv cache."""
+        """DeepSpeed without ops (its pair's wheel), then its comm op: placed in from the shared build
+        of its key, or built by DeepSpeed's setup here and kept as that key's build."""
         pair = self.ops_pair_key(python, packages["torch"].lstrip("="))
-        pair_cache = self.cache_dir / "deepspeed-ops" / pair
         started = time.perf_counter()
-        args = [*self._install_args(python, request), "--cache-dir", str(pair_cache), "--no-deps"]
-        args += ["--no-build-isolation-package", "deepspeed", requirement("deepspeed", packages["deepspeed"])]
+        install = [*self._install_args(python, request), "--no-deps", "--no-build-isolation-package", "deepspeed"]
+        spec = requirement("deepspeed", packages["deepspeed"])
+        wheels = self.cache_dir / "deepspeed-ops" / "wheels" / pair
+        found: dict[str, object] = {"prebuilt": [], "pair": pair}
+
+        def done(**extra: object) -> dict[str, object]:
+            return {**found, **extra, "seconds": round(time.perf_counter() - started, 1)}
+
         try:
-            self._uv(args, log, extra_env=DEEPSPEED_PREBUILT_OPS)
+            self._uv([*install, "--cache-dir", str(wheels), spec], log, extra_env=DEEPSPEED_NO_OPS)
         except EnvironmentUnavailable as exc:
-            # Installed plainly by the main step below; its ops compile at first use.
-            return {"prebuilt": [], "pair": pair, "seconds": round(time.perf_counter() - started, 1), "why": exc.reason}
-        return {"prebuilt": prebuilt_ops(python), "pair": pair, "seconds": round(time.perf_counter() - started, 1)}
+            return done(why=exc.reason)  # installed plainly by the main step; its ops compile at first use
+        site = site_packages(python)
+        environ, compiler = self.op_build_environ(python)
+        key = op_key(site, pair, compiler) if site is not None else None
+        if site is None or key is None:
+            return done(why="this release has no shm comm op to build ahead of time")
+        found["op_key"] = key
+        op_dir = self.cache_dir / "deepspeed-ops" / "shm" / key
+        op_dir.parent.mkdir(parents=True, exist_ok=True)
+        with flock_current(op_dir.with_name(f"{key}.lock"), fcntl.LOCK_EX) as fh:
+            try:
+                if built_op(op_dir):
+                    try:
+                        graft(site, op_dir)
+                        return done(prebuilt=prebuilt_ops(python), op="shared")
+                    except GraftFailed as exc:
+                        return done(why=f"the shared build of its comm op could not be placed: {exc}")
+                compile_started, cpu_before = time.perf_counter(), _children_cpu_s()
+                try:
+                    # DeepSpeed's own setup with the op, over the install without; a throwaway uv
+                    # cache, so that the pair's cache keeps only wheels without ops.
+                    self._uv([*install, "--reinstall-package", "deepspeed", "--no-cache", spec], log, extra_env=environ)
+                except EnvironmentUnavailable as exc:
+                    return done(why=exc.reason)  # as installed without ops: the op compiles at first use
+                harvest(site, op_dir)
+                found["op_build_cpu_s"] = round(_children_cpu_s() - cpu_before, 1)  # the compiler's, all cores
+                return done(
+                    prebuilt=prebuilt_ops(python),
+                    op="built",
+                    op_build_s=round(time.perf_counter() - compile_started, 1),
+                )
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system) of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _split(requirement: str) -> tuple[str, str]:
