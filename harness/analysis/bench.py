@@ -20,6 +20,7 @@ how many items would run at once on a reference GPU box. ``bench.json`` keeps it
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -168,6 +169,107 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
         comm_op_load_s={name: (w.get("comm_op") or {}).get("seconds") for name, w in workers.items()},
         concurrency=meta.concurrency,
     )
+
+
+# -- where a run's time goes ---------------------------------------------------------------
+def _stamp(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def time_outside_items(run_dir: Path, wall_s: float | None = None) -> dict[str, Any]:
+    """A run's wall (``wall_s``, the process's, else ``run.json``'s start to finish) less the sum of
+    its items' own walls, and where that time went, from ``run.json`` and the records' times (whole
+    seconds: each part is within a second or so a gap): before the first item (planning, the first
+    cell's environment), inside an item's span but outside its wall (the check of its environment
+    after it, classifying, what the launcher does after the ranks end), between one item's end and
+    the next one's start, split where the cell changes (its environment made ready, the previous
+    worker closed) and where it does not (the record written, the environment checked before the
+    item), after the last item (reports), and the process's start and exit around ``run.json``'s
+    times. Workers start inside their cell's first item's span: their seconds are given apart."""
+    run = RunDir(run_dir)
+    meta = run.read_meta()
+    records = sorted(
+        (r for r in run.records() if _stamp(r.started_at) is not None and _stamp(r.finished_at) is not None),
+        key=lambda r: (_stamp(r.started_at), _stamp(r.finished_at)),
+    )
+    start, end = _stamp(meta.started_at), _stamp(meta.finished_at)
+    items_s = sum(r.wall_s for r in records)
+    span_s = (end - start) if start is not None and end is not None else None
+    total = wall_s if wall_s is not None else span_s
+    result: dict[str, Any] = {
+        "items": len(records),
+        "run_wall_s": total,
+        "items_wall_s": items_s,
+        "outside_items_s": None if total is None else total - items_s,
+    }
+    if not records or start is None or end is None or total is None:
+        return result
+    spans = [(_stamp(r.started_at) or 0.0, _stamp(r.finished_at) or 0.0) for r in records]
+    same_cell = cell_change = 0.0
+    for n in range(1, len(records)):
+        gap = max(0.0, spans[n][0] - spans[n - 1][1])
+        if records[n].cell == records[n - 1].cell:
+            same_cell += gap
+        else:
+            cell_change += gap
+    workers = {name: (cell.worker or {}).get("start_s") for name, cell in meta.cells.items()}
+    built = {name: cell.build_s for name, cell in meta.cells.items() if cell.build_s}
+    split = {
+        "before_first_item_s": max(0.0, spans[0][0] - start),
+        "in_item_spans_outside_walls_s": sum(
+            max(0.0, (b - a) - r.wall_s) for r, (a, b) in zip(records, spans, strict=True)
+        ),
+        "of_which_worker_starts_s": sum(v for v in workers.values() if isinstance(v, (int, float))),
+        "between_items_same_cell_s": same_cell,
+        "between_items_cell_change_s": cell_change,
+        "after_last_item_s": max(0.0, end - max(b for _, b in spans)),
+        "process_start_and_exit_s": (total - span_s) if wall_s is not None and span_s is not None else None,
+        "environments_built_s": sum(built.values()),
+    }
+    result["split"] = split
+    result["per_item_outside_s"] = (total - items_s) / len(records)
+    result["cells"] = len(meta.cells)
+    return result
+
+
+def _deepspeed_step(cache: Path, key: str | None) -> JsonValue:
+    """How an environment in ``cache`` got DeepSpeed and its comm op (its ``env.json``)."""
+    try:
+        return json.loads((cache / "envs" / str(key) / "env.json").read_text()).get("deepspeed_ops")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def cold_make_run(opts: RunOptions, items: Sequence[PlannedItem], scratch: Path, out: Path) -> dict[str, Any]:
+    """``run`` over ``items`` into an empty environment cache (uv's own cache as it is): a cold
+    ``make run`` less ``make``'s own set-up (the project's venv). Its wall split into set-up (the
+    process start, planning, up to the first environment), environments (every cell's build, from
+    ``run.json``), items (their walls) and the rest (workers, checks, records, reports)."""
+    cold_opts = replace(opts, cache_dir=scratch, cache_dir_given=True)
+    run = harness_run(cold_opts, items, out)
+    outside = time_outside_items(out, run.wall_s)
+    meta = RunDir(out).read_meta()
+    environments_s = sum(c.build_s or 0.0 for c in meta.cells.values())
+    steps = {name: _deepspeed_step(scratch, c.key) for name, c in meta.cells.items()}
+    items_s = outside["items_wall_s"]
+    setup_s = outside.get("split", {}).get("process_start_and_exit_s")
+    return {
+        "wall_s": run.wall_s,
+        "environments_s": environments_s,
+        "environments_built": sum(1 for c in meta.cells.values() if c.build_s),
+        "items_s": items_s,
+        "items": outside["items"],
+        "process_start_and_exit_s": setup_s,
+        "rest_s": run.wall_s - environments_s - items_s,
+        "build_s_by_cell": {name: c.build_s for name, c in meta.cells.items()},
+        "deepspeed_by_cell": steps,
+        "outside_items": outside,
+    }
 
 
 # -- environments and JIT --------------------------------------------------------------------
@@ -320,6 +422,7 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
         worker_start_s=[h.worker_start_s for h in harness],
         comm_op_load_s=[h.comm_op_load_s for h in harness],
         jit_ops_in_environments=jit_ops_present(envs.values()),
+        outside_items=[time_outside_items(out / f"harness-{n}", h.wall_s) for n, h in enumerate(harness, 1)],
     )
     result["step_time_spread"] = step_time_spread(per_item)
     result["step_cpu_time_spread"] = step_time_spread(per_item, "step_cpu_s")
@@ -342,6 +445,11 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
         scratch = Path(tempfile.mkdtemp(prefix="cold-", dir=out))
         try:
             result["cold"] = cold_environments(opts, items[0], scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix="cold-run-", dir=out))
+        try:
+            result["cold_run"] = cold_make_run(opts, items, scratch, out / "harness-cold")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
@@ -423,6 +531,8 @@ def print_bench(console: Console, result: dict[str, Any]) -> None:
         line += f"; --jobs 0 took {_fmt(jobs['wall_s'])}, speedup {jobs['speedup']:.2f}x over --jobs 1"
     line += f"; on {jobs['reference_gpu_box']}: {jobs['items_at_once_gpu_box']} items at once"
     console.print(line)
+    print_outside_items(console, result.get("outside_items") or [])
+    print_cold_run(console, result.get("cold_run"))
     cold = result.get("cold")
     if cold:
         step = cold.get("deepspeed_step") or {}
@@ -442,3 +552,45 @@ def print_bench(console: Console, result: dict[str, Any]) -> None:
             "another environment of the same pair in the same directory "
             f"{_fmt(cold['op_jit_other_env_same_dir'].get('seconds'))}"
         )
+
+
+def print_outside_items(console: Console, runs: list[dict[str, Any]]) -> None:
+    """The harness rounds' time outside their items, and where it went (the median round's parts)."""
+    rounds = [r for r in runs if r.get("outside_items_s") is not None]
+    if not rounds:
+        return
+    middle = sorted(rounds, key=lambda r: r["outside_items_s"])[(len(rounds) - 1) // 2]
+    console.print(
+        f"time outside items: {', '.join(_fmt(r['outside_items_s']) for r in rounds)} "
+        f"(run wall {', '.join(_fmt(r['run_wall_s']) for r in rounds)} less the items' own walls "
+        f"{', '.join(_fmt(r['items_wall_s']) for r in rounds)}); {_fmt(middle['per_item_outside_s'], 's', 2)} "
+        f"an item over {middle['items']} items in {middle.get('cells', '?')} cells"
+    )
+    labels = {
+        "process_start_and_exit_s": "process start and exit",
+        "before_first_item_s": "planning and the first environment",
+        "of_which_worker_starts_s": "cell workers starting (inside their first items' spans)",
+        "in_item_spans_outside_walls_s": "inside items' spans, outside their walls (workers included)",
+        "between_items_same_cell_s": "between items of a cell",
+        "between_items_cell_change_s": "between cells",
+        "after_last_item_s": "after the last item (reports)",
+    }
+    split = middle.get("split") or {}
+    parts = [f"{label} {_fmt(split.get(key))}" for key, label in labels.items() if split.get(key) is not None]
+    console.print(f"  of the median round: {'; '.join(parts)}")
+
+
+def print_cold_run(console: Console, cold: dict[str, Any] | None) -> None:
+    if not cold:
+        return
+    console.print(
+        f"a cold run (empty environment cache, uv's cache warm) of the {cold['items']} items: {_fmt(cold['wall_s'])} = "
+        f"environments {_fmt(cold['environments_s'])} ({cold['environments_built']} built) + items "
+        f"{_fmt(cold['items_s'])} + the rest {_fmt(cold['rest_s'])} (process start and exit "
+        f"{_fmt(cold.get('process_start_and_exit_s'))}, workers, checks, records, reports)"
+    )
+    for cell, step in sorted((cold.get("deepspeed_by_cell") or {}).items()):
+        if step:
+            op = step.get("op") or ("none: " + str(step.get("why"))[:60] if not step.get("prebuilt") else "?")
+            build = f", compiled in {_fmt(step.get('op_build_s'))}" if step.get("op_build_s") else ""
+            console.print(f"  {cell}: deepspeed {_fmt(step.get('seconds'))}, comm op {op}{build}")

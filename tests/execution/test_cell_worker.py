@@ -231,3 +231,20 @@ def test_a_daemon_that_left_the_session_and_cleared_its_environment_is_killed_wi
     assert len(daemons) == 2
     assert [d for d in daemons if _alive(d)] == []
     assert set(daemons) <= set(result.leftovers_killed)
+
+
+def test_a_retired_worker_takes_no_more_items_and_the_pool_waits_for_it_only_at_its_close(tmp_path) -> None:
+    """A run changing cells does not wait for the last cell's worker to exit; the run's end does."""
+    pool = WorkerPool(tmp_path / "workers", server_args=SERVER_ARGS)
+    env = _env(tmp_path)
+    worker = pool.get(env, "stand-in")
+    assert worker is not None and worker.info is not None
+    pid = worker.info.pid
+    pool.retire(env)
+    assert not worker.alive  # at once: no item goes to it, and the next get starts another
+    with pytest.raises(WorkerGone):
+        worker.launch(item(env, "ok", 1, tmp_path / "a", 30))
+    fresh = pool.get(env, "stand-in")
+    assert fresh is not None and fresh is not worker and fresh.alive
+    pool.close()
+    assert not _alive(pid) and not fresh.alive

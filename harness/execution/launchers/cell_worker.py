@@ -207,6 +207,14 @@ class CellWorker:
         self._dead = True
         self._held.close()
 
+    def close_in_background(self) -> threading.Thread:
+        """``close`` on a thread of its own: the worker takes no more items from now on, and the caller
+        does not wait the second or two its interpreter takes to exit (a run changing cells)."""
+        self._dead = True
+        closing = threading.Thread(target=self.close, name=f"close-{self.log_path.stem}", daemon=True)
+        closing.start()
+        return closing
+
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             signal_group(self._proc.pid, signal.SIGKILL)
@@ -387,6 +395,8 @@ class WorkerPool:
         self._unavailable: dict[str, str] = {}
         self._cells: dict[str, str] = {}
         self._lock = threading.Lock()
+        #: Retired workers still exiting (``close_in_background``): waited for by ``close``.
+        self._closing: list[threading.Thread] = []
 
     def get(self, env: Environment, name: str) -> CellWorker | None:
         """The environment's live worker, or None (with ``reason(env)``) where it cannot run one."""
@@ -416,11 +426,13 @@ class WorkerPool:
             self._workers[key].close()
 
     def retire(self, env: Environment) -> None:
-        """Close the environment's worker (its cell is done); a later ``get`` starts a new one."""
+        """Close the environment's worker (its cell is done) without waiting for it to exit; a later
+        ``get`` starts a new one."""
         with self._lock:
             worker = self._workers.get(f"{env.key}:{env.python}")
-        if worker is not None:
-            worker.close()
+            if worker is not None:
+                self._closing = [t for t in self._closing if t.is_alive()]
+                self._closing.append(worker.close_in_background())
 
     def abort(self) -> None:
         """Kill every worker now (an interrupt); the items they forked are killed by their groups."""
@@ -446,3 +458,6 @@ class WorkerPool:
         with self._lock:
             for worker in self._workers.values():
                 worker.close()
+            closing, self._closing = self._closing, []
+        for thread in closing:
+            thread.join()  # each within close's own bound (10 s, then SIGKILL)
