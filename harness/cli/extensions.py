@@ -14,6 +14,8 @@ from harness.environments import PROVIDERS
 from harness.environments.base import EnvironmentProvider
 from harness.execution.launchers import LAUNCHERS
 from harness.execution.launchers.base import Launcher
+from harness.pipeline.executors import EXECUTORS
+from harness.pipeline.executors.base import Executor
 from harness.reports.finalize import WRITERS
 from harness.reports.finished import FinishedRun
 from repros.runtime.kinds import KINDS
@@ -54,6 +56,14 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "harness/execution/launchers/__init__.py:LAUNCHERS",
         lambda: list(LAUNCHERS),
         Launcher,
+    ),
+    ExtensionPoint(
+        "executor",
+        "harness.pipeline.executors.base.Executor",
+        "harness/pipeline/executors/",
+        "harness/pipeline/executors/__init__.py:EXECUTORS",
+        lambda: list(EXECUTORS),
+        Executor,
     ),
     ExtensionPoint(
         "environment provider",
