@@ -216,3 +216,48 @@ def test_a_lane_as_submitit_jobs_gives_the_records_of_a_local_run(tmp_path: Path
     assert meta["concurrency"]["executor"] == "slurm" and meta["concurrency"]["cluster"] == "local"
     assert set(meta["cells"]) == {"a", "b"}
     assert meta["options"]["executor"] == "slurm" and meta["options"]["slurm_parameters"] == [["cluster", "local"]]
+
+
+def test_a_slurm_array_task_is_named_as_squeue_and_sacct_name_it() -> None:
+    from harness.pipeline.executors.slurm import host_of, slurm_job_id
+
+    assert slurm_job_id({"SLURM_JOB_ID": "8", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "0"}) == "7_0"
+    assert slurm_job_id({"SLURM_JOB_ID": "10"}) == "10"
+    assert slurm_job_id({}) is None
+    assert host_of("gpu-node-3/job 7_0") == "gpu-node-3" and host_of("vm") == "vm"
+
+
+def test_a_slurm_job_never_seen_to_end_is_lost_once_past_its_limit_but_a_queued_one_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.pipeline.executors import slurm
+
+    class Handle:
+        job_id = "7_0"
+        cancelled = False
+
+        def __init__(self) -> None:
+            self.polls = 0
+
+        def done(self) -> bool:
+            self.polls += 1
+            return self.polls > 5 and not marker.exists()  # queued five polls, then ends if it never started
+
+        def cancel(self, check: bool = False) -> None:
+            Handle.cancelled = True
+
+    executor = object.__new__(slurm.SlurmExecutor)
+    executor.parameters = {"timeout_min": 0}
+    executor._lock = __import__("threading").Lock()
+    executor.lost = 0
+    monkeypatch.setattr(slurm, "WAIT_GRACE_S", 0)
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
+    marker = tmp_path / "marker"
+    queued = Handle()
+    executor._wait(queued, marker)  # never started: no clock, it ends on its own
+    assert queued.polls == 6 and not Handle.cancelled
+    marker.write_text("gpu-node-3/job 7_0")
+    with pytest.raises(ItemLost) as lost:
+        executor._wait(Handle(), marker)
+    assert Handle.cancelled and lost.value.node == "gpu-node-3/job 7_0" and "sacct" in lost.value.reason
+    assert executor.lost == 1

@@ -18,10 +18,12 @@ GPUs per job (else ``world_size`` CPUs).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,17 +38,37 @@ from harness.records.run_dir import RunDir
 MOST_IN_FLIGHT = 512
 #: A job's limit where ``--slurm-param timeout_min`` does not say (items have their own, shorter, timeouts).
 DEFAULT_TIMEOUT_MIN = 120
+#: A job is waited on this long past its own limit before it is given up as lost: where ``sacct``
+#: does not answer (a cluster without accounting), submitit never learns that a killed job ended.
+WAIT_GRACE_S = 300
+#: How often a job's state is asked for.
+POLL_S = 2.0
 #: The harness's own parameters, not submitit's.
 OWN_PARAMETERS = ("cluster", "gpu")
+
+
+def slurm_job_id(environ: Mapping[str, str]) -> str | None:
+    """The job's id as ``squeue``, ``sacct`` and submitit write it: ``ARRAY_TASK`` for a task of an
+    array (its own ``SLURM_JOB_ID`` is another number), else the job's id."""
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return environ.get("SLURM_JOB_ID")
 
 
 def _job_main(job: ItemJob, settings: NodeSettings, marker: str) -> NodeResult:
     """The job: runs on the node Slurm chose (or, ``cluster=local``, a process here)."""
     node = socket.gethostname()
-    if os.environ.get("SLURM_JOB_ID"):
-        node += f"/job {os.environ['SLURM_JOB_ID']}"
+    job_id = slurm_job_id(os.environ)
+    if job_id:
+        node += f"/job {job_id}"
     Path(marker).write_text(node)
     return run_on_node(job, settings, node=node)
+
+
+def host_of(node: str) -> str:
+    """The machine in a node's name (``vm/job 7_0`` -> ``vm``)."""
+    return node.split("/job ", 1)[0]
 
 
 def _value(text: str) -> Any:
@@ -171,8 +193,30 @@ class SlurmExecutor:
                 self._running.pop(f"{label}:{handle.job_id}", None)
         record = unpack_item(result, self.run_dir)
         if result.attempted.node:
-            self.nodes_used.add(result.attempted.node)
+            self.nodes_used.add(host_of(result.attempted.node))
         return Attempted(record, result.attempted.cell_meta, result.attempted.node)
+
+    def _wait(self, handle: Any, marker: Path) -> None:
+        """Until the job is done; a job running longer than its time limit and ``WAIT_GRACE_S`` more
+        (Slurm would have ended it: its end was never seen) is cancelled and lost. The clock starts
+        when the job does (it writes its marker): a job waiting in the queue waits as long as it must."""
+        limit_s = float(self.parameters.get("timeout_min", DEFAULT_TIMEOUT_MIN)) * 60 + WAIT_GRACE_S
+        started: float | None = None
+        while not handle.done():
+            if started is None and marker.exists():
+                started = time.monotonic()
+            if started is not None and time.monotonic() - started > limit_s:
+                with contextlib.suppress(Exception):
+                    handle.cancel(check=False)
+                with self._lock:
+                    self.lost += 1
+                node = marker.read_text()
+                raise ItemLost(
+                    node,
+                    f"job {handle.job_id} was not seen to end within its time limit and {WAIT_GRACE_S} s more "
+                    "(does `sacct` answer on this cluster? submitit reads job states from Slurm's accounting)",
+                )
+            time.sleep(POLL_S)
 
     def cell_done(self, resolved: Resolved | None) -> None:
         pass
