@@ -148,6 +148,18 @@ class Environments:
             self._answers.setdefault(cell.name, answer)
             return self._answers[cell.name]
 
+    def lock_for_nodes(self, cell: CellRequest) -> tuple[str, ...] | None:
+        """The cell's floating specs resolved to exact pins now, for a run whose nodes build the
+        environments (every node then builds the same lock); None where the cell needs no resolving,
+        or cannot be resolved here (its nodes then say why)."""
+        provider = self.provider(cell.provider)
+        if not isinstance(provider, UvProvider) or cell.lock is not None:
+            return None
+        try:
+            return provider.lock_lines(cell)
+        except (EnvironmentUnavailable, OSError, ValueError, subprocess.SubprocessError):
+            return None
+
     def release(self, env: Environment) -> None:
         """The run no longer needs ``env`` (a bisect's step is over): another run may evict it."""
         self.provider(env.provider).release(env)

@@ -618,10 +618,19 @@ class UvProvider:
     def rank_import_path(cls, env: Environment) -> list[str]:
         return []
 
-    def get(self, cell: CellRequest) -> Environment:
-        """The cell's environment; a cell with floating specs is resolved to a lock first, and gets
-        the environment of that lock (built the first time the lock is seen)."""
-        request = EnvRequest(
+    def lock_lines(self, cell: CellRequest) -> tuple[str, ...] | None:
+        """What the cell's floating specs (or its day) resolve to now, as exact pins; None where the
+        cell needs no resolving. A run whose nodes build the environments resolves once, here, so
+        every node builds the same lock."""
+        if cell.lock is not None:
+            return cell.lock
+        request = self._request(cell)
+        if not request.floating and request.as_of is None:
+            return None
+        return self.builder.lock(request).lines
+
+    def _request(self, cell: CellRequest) -> EnvRequest:
+        return EnvRequest(
             packages=dict(cell.packages),
             python=cell.python,
             exclude_newer=cell.exclude_newer,
@@ -629,6 +638,11 @@ class UvProvider:
             as_of=cell.as_of,
             prerelease=cell.prerelease,
         )
+
+    def get(self, cell: CellRequest) -> Environment:
+        """The cell's environment; a cell with floating specs is resolved to a lock first, and gets
+        the environment of that lock (built the first time the lock is seen)."""
+        request = self._request(cell)
         if cell.lock is not None:
             return self.builder.get(dataclasses.replace(request, lock=cell.lock), cell.name)
         if not request.floating and request.as_of is None:

@@ -14,6 +14,7 @@ each cell's environment is appended to the run directory's ``cells.jsonl`` as it
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import resource
 import secrets
@@ -401,7 +402,15 @@ class RunSession:
                 for cell_name, items in by_cell.items():
                     cell = items[0].cell
                     if not executor.builds_environments:
-                        # Each node makes the cell's environment ready itself; its first item says how.
+                        # Each node makes the cell's environment ready itself (its first item says how),
+                        # from one lock resolved here: every node builds the same packages.
+                        lock = self.environments.lock_for_nodes(cell)
+                        if lock is not None:
+                            cell = dataclasses.replace(cell, lock=lock)
+                            items = [dataclasses.replace(item, cell=cell) for item in items]
+                            self._say(
+                                f"{cell_name}: its floating specs resolved to {len(lock)} packages for every node"
+                            )
                         dispatch.submit(items, None)
                         continue
                     if self.opts.jobs == 1:

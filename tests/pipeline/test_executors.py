@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -261,3 +261,26 @@ def test_a_slurm_job_never_seen_to_end_is_lost_once_past_its_limit_but_a_queued_
         executor._wait(Handle(), marker)
     assert Handle.cancelled and lost.value.node == "gpu-node-3/job 7_0" and "sacct" in lost.value.reason
     assert executor.lost == 1
+
+
+def test_a_floating_cell_is_resolved_once_for_every_node(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from harness.config.model import Cell
+    from harness.environments import Environments
+    from harness.environments.uv import UvEnvironments, UvProvider
+
+    asked = []
+
+    class Builder:  # uv's resolver, standing in: what the floating specs resolve to today
+        def lock(self, request: Any) -> SimpleNamespace:
+            asked.append(dict(request.packages))
+            return SimpleNamespace(lines=("peft==0.15.2", "torch==2.13.0"))
+
+    provider = UvProvider(builder=cast(UvEnvironments, Builder()))
+    environments = Environments(tmp_path, providers={"uv": provider})
+    floating = Cell(name="watch", packages={"torch": "==2.13.0", "peft": ">=0.15,<0.16"})
+    assert environments.lock_for_nodes(floating) == ("peft==0.15.2", "torch==2.13.0")
+    assert asked == [{"torch": "==2.13.0", "peft": ">=0.15,<0.16"}]
+    assert environments.lock_for_nodes(Cell(name="pinned", packages={"torch": "==2.13.0"})) is None
+    assert environments.lock_for_nodes(Cell(name="locked", packages={"peft": "*"}, lock=("peft==0.15.2",))) is None
