@@ -30,3 +30,6 @@ def test_bench_times_bare_torchrun_and_the_harness_with_identical_outcomes(tmp_p
     assert all(ops == [] for ops in result["jit_ops_in_environments"].values())
     assert result["orchestrator_peak_rss_bytes"][0] > 0
     assert "ratio harness/bare" in proc.stdout and "identical outcomes" in proc.stdout
+    outside = result["outside_items"][0]
+    assert outside["items"] == 2 and 0 < outside["outside_items_s"] < outside["run_wall_s"]
+    assert "time outside items" in proc.stdout
