@@ -4,6 +4,7 @@ many at once as the cores fit) and on a Ray cluster of one node and of two nodes
 cluster is already up), each run in its own subprocess on warm environments.
 
     python -m harness.analysis.executor_bench [--cells current] [--repros F1,F3] [--cpus-per-node 2]
+    python -m harness bench ... --executors      (after the benchmark, on its selection)
 
 Prints, per executor: the items, the run's wall time, items per minute, the sum of the items' own
 wall times and the time outside them (the run's fixed cost: connecting, the nodes' first worker,
@@ -94,22 +95,11 @@ def measure(selection: Sequence[str], work: Path, cpus_per_node: int) -> list[Ex
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.analysis.executor_bench", description=__doc__)
-    parser.add_argument("--matrix", default=None)
-    parser.add_argument("--cells", default="current")
-    parser.add_argument("--repros", default="F1,F3,F5,F7")
-    parser.add_argument("--modes", default="bug,fixed")
-    parser.add_argument("--cpus-per-node", type=int, default=2, help="each Ray node's CPUs (default 2)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    selection = ["--cells", args.cells, "--repros", args.repros, "--modes", args.modes]
-    if args.matrix:
-        selection = ["--matrix", args.matrix, *selection]
-    work = args.out or Path(tempfile.mkdtemp(prefix="executor-bench-"))
+def run_executor_bench(selection: Sequence[str], work: Path, cpus_per_node: int, console: Console) -> Path:
+    """Warm the selection's environments, time it by executor, print the table; the JSON's path."""
     work.mkdir(parents=True, exist_ok=True)
     _run(selection, work / "warm-up")  # environments built before anything is timed
-    found = measure(selection, work, args.cpus_per_node)
+    found = measure(selection, work, cpus_per_node)
     table = Table(title=f"items per minute by executor ({' '.join(selection)})")
     for column in ("executor", "items", "wall s", "items/min", "items' own s", "outside items s", "matched", "nodes"):
         table.add_column(column)
@@ -124,10 +114,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(f.matched),
             str(len(f.nodes) or "-"),
         )
-    Console().print(table)
-    summary: dict[str, Any] = {"selection": selection, "cpus": os.cpu_count(), "runs": [asdict(f) for f in found]}
-    (work / "executor-bench.json").write_text(json.dumps(summary, indent=2))
-    print(f"written: {work / 'executor-bench.json'}")
+    console.print(table)
+    summary: dict[str, Any] = {"selection": list(selection), "cpus": os.cpu_count(), "runs": [asdict(f) for f in found]}
+    written = work / "executor-bench.json"
+    written.write_text(json.dumps(summary, indent=2))
+    console.print(f"written: {written}", highlight=False)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.analysis.executor_bench", description=__doc__)
+    parser.add_argument("--matrix", default=None)
+    parser.add_argument("--cells", default="current")
+    parser.add_argument("--repros", default="F1,F3,F5,F7")
+    parser.add_argument("--modes", default="bug,fixed")
+    parser.add_argument("--cpus-per-node", type=int, default=2, help="each Ray node's CPUs (default 2)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    selection = ["--cells", args.cells, "--repros", args.repros, "--modes", args.modes]
+    if args.matrix:
+        selection = ["--matrix", args.matrix, *selection]
+    run_executor_bench(
+        selection, args.out or Path(tempfile.mkdtemp(prefix="executor-bench-")), args.cpus_per_node, Console()
+    )
     return 0
 
 

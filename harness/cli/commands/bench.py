@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.analysis.bench import BenchOptions, run_bench
+from harness.analysis.executor_bench import run_executor_bench
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
@@ -27,6 +28,12 @@ class BenchCommand(Command):
             "--no-cold", action="store_true", help="skip the cold environment build and the JIT timings"
         )
         parser.add_argument("--no-jobs", action="store_true", help="skip the --jobs 0 harness run")
+        parser.add_argument(
+            "--executors",
+            action="store_true",
+            help="then items per minute on the same selection: local, and a Ray cluster of 1 and 2 nodes started "
+            "here (needs ray)",
+        )
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         if args.rounds < 1:
@@ -36,4 +43,13 @@ class BenchCommand(Command):
         bench = BenchOptions(
             run=opts, rounds=args.rounds, out=out.resolve(), cold=not args.no_cold, jobs_probe=not args.no_jobs
         )
-        return run_bench(bench, console)
+        status = run_bench(bench, console)
+        if args.executors:
+            selection = ["--matrix", str(opts.matrix.path)]
+            for flag, values in (("--cells", opts.cells), ("--repros", opts.repros), ("--modes", opts.modes)):
+                if values:
+                    selection += [flag, ",".join(values)]
+            if opts.lane and not opts.cells:
+                selection += ["--lane", opts.lane]
+            run_executor_bench(selection, out.resolve() / "executors", cpus_per_node=2, console=console)
+        return status
