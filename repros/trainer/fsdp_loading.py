@@ -82,10 +82,13 @@ def load_base_ram_efficient(base_dir: Path, facts: dict[str, Any]) -> Any:
     """The item's base checkpoint loaded with ``from_pretrained`` under FSDP's cpu_ram_efficient_loading
     (every rank calls it; the process group is up); what each rank got goes to ``facts``."""
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
+
+    from repros.trainer.tiny_models import load_pretrained
 
     with ram_efficient_loading_env():
-        model = AutoModelForCausalLM.from_pretrained(str(base_dir))
+        # The family's class, as users load it (``AutoModelForCausalLM`` does not map a VLM's config; for a
+        # text family it resolves to the same class).
+        model = load_pretrained(str(base_dir))
     weights = base_dir / "model.safetensors"
     checkpoint = load_file(str(weights)) if weights.exists() else {}
     facts["placeholders"] = placeholder_facts(model, checkpoint)

@@ -26,7 +26,15 @@ def vocabulary_sizes(model: Any) -> dict[str, int]:
             rows = int(embedding.shape[0]), int(head.shape[0])
     else:
         rows = int(embedding.shape[0]), int(head.shape[0])
-    return {"embedding_rows": rows[0], "lm_head_rows": rows[1], "config_vocab_size": int(base.config.vocab_size)}
+    return {"embedding_rows": rows[0], "lm_head_rows": rows[1], "config_vocab_size": config_vocab_size(base.config)}
+
+
+def config_vocab_size(config: Any) -> int:
+    """The vocabulary the config says: a vision-language model's is its text config's (``LlavaConfig`` has
+    none of its own in transformers 5, and ``resize_token_embeddings`` updates the text config's)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text, "vocab_size", None)
+    return int(size if size is not None else config.vocab_size)
 
 
 def raise_if_inconsistent(sizes: dict[str, int], at_least: int) -> None:

@@ -185,3 +185,17 @@ def test_a_peft_list_of_which_nothing_matches_is_left_to_peft_and_a_partial_one_
     # Where no library refuses it (DeepSpeed-Chat's own LoRA), a list that matches nothing is refused here.
     with pytest.raises(TargetModulesMatchNothing, match="phi3"):
         resolve_targets(phi3, ("q_proj", "v_proj"), PHI3, per_family=False)
+
+
+def test_a_vlms_vocabulary_is_its_text_configs() -> None:
+    from types import SimpleNamespace
+
+    from repros.trainer.resize_check import config_vocab_size
+
+    text = SimpleNamespace(vocab_size=136)
+    llava = SimpleNamespace(get_text_config=lambda: text)  # transformers 5's LlavaConfig: no vocab_size of its own
+    assert config_vocab_size(llava) == 136
+    causal = SimpleNamespace(vocab_size=128)
+    causal.get_text_config = lambda: causal  # a text model's text config is itself
+    assert config_vocab_size(causal) == 128
+    assert config_vocab_size(SimpleNamespace(vocab_size=64)) == 64  # a transformers without get_text_config
