@@ -32,7 +32,10 @@ def vocabulary_sizes(model: Any) -> dict[str, int]:
 def config_vocab_size(config: Any) -> int:
     """The vocabulary the config says: a vision-language model's is its text config's (``LlavaConfig`` has
     none of its own in transformers 5, and ``resize_token_embeddings`` updates the text config's)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if hasattr(config, "get_text_config"):
+        text = config.get_text_config()
+    else:  # transformers before 4.45: a LlavaConfig's text config is an attribute only
+        text = getattr(config, "text_config", None) or config
     size = getattr(text, "vocab_size", None)
     return int(size if size is not None else config.vocab_size)
 

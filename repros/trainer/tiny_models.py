@@ -67,6 +67,18 @@ def image_tokens_per_image() -> int:
     return (image // patch) ** 2
 
 
+def image_tokens_in_a_row() -> int:
+    """How many image tokens a batch row carries for its image. A LLaVA of transformers before 4.47
+    expands each image token into the image's patches itself (``_merge_input_ids_with_image_features``:
+    one token per image, as its processor wrote them then); later ones expect the processor to have
+    written one token per patch."""
+    import transformers
+
+    if hasattr(transformers.LlavaForConditionalGeneration, "_merge_input_ids_with_image_features"):
+        return 1
+    return image_tokens_per_image()
+
+
 def _family_config(experts: int | None = None) -> Any:
     """The transformers config of the current family at the current size (no hub: built from the class);
     a mixture of experts with ``experts`` experts per layer where given (else the family's 8)."""
@@ -225,7 +237,7 @@ def fixed_batch(rank: int, batch_size: int | None = None, seq_len: int | None = 
     high = VOCAB_SIZE - 1 if current_family().vision else VOCAB_SIZE
     batch = torch.randint(0, high, shape, generator=generator)
     if current_family().vision:
-        batch[:, : image_tokens_per_image()] = IMAGE_TOKEN_ID
+        batch[:, : image_tokens_in_a_row()] = IMAGE_TOKEN_ID
     return batch
 
 
@@ -245,6 +257,8 @@ def model_inputs(batch: Any, labels: bool = False) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(int(batch.detach().long().sum().cpu()))
     pixels = torch.randn((batch.shape[0], 3, image, image), generator=generator)
     inputs["pixel_values"] = pixels.to(batch.device)
+    # A LLaVA before transformers 4.47 merges the image's patches in by the attention mask it is given.
+    inputs["attention_mask"] = torch.ones_like(batch)
     if labels:
         inputs["labels"] = batch.masked_fill(batch == IMAGE_TOKEN_ID, -100)
     return inputs
