@@ -11,41 +11,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO_ROOT
+from tests.support.cluster_runs import LOOPBACK, harness_run, outcomes, records
 
 pytestmark = pytest.mark.integration
-
-#: Four quick items of the current releases: enough for both nodes to have work when one dies.
-SELECTION = ["--cells", "current", "--repros", "F1,F3", "--modes", "bug,fixed"]
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-
-def harness_run(out: Path, *more: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "harness", "run", "--matrix", str(REPO_ROOT / "matrix.yaml"), *SELECTION]
-    return subprocess.Popen(
-        [*command, "--out", str(out), *more],
-        cwd=REPO_ROOT,
-        env={**os.environ, **LOOPBACK},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-
-
-def outcomes(found: list[dict]) -> dict[tuple[str, str, str], str]:
-    return {(r["cell"], r["repro"], r["mode"]): r["outcome"] for r in found}
 
 
 def run_id(out: Path, deadline: float) -> str:

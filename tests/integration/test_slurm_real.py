@@ -13,18 +13,16 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO_ROOT
+from tests.support.cluster_runs import harness_run, item_key, outcomes, records
 
 pytestmark = pytest.mark.integration
 
 #: Four quick items of the current releases (the same selection as test_executors_real.py).
-SELECTION = ["--cells", "current", "--repros", "F1,F3", "--modes", "bug,fixed"]
 SLURM_COMMANDS = ("sinfo", "squeue", "scancel", "sacct")
 #: How long a started job is given to match its marker before the first running job is killed anyway.
 MATCH_GRACE_S = 10
@@ -53,30 +51,6 @@ def slurm() -> None:
     reason = no_slurm_reason()
     if reason:
         pytest.skip(reason)
-
-
-def harness_run(out: Path, *more: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "harness", "run", "--matrix", str(REPO_ROOT / "matrix.yaml"), *SELECTION]
-    return subprocess.Popen(
-        [*command, "--out", str(out), *more],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-
-
-def item_key(record: dict) -> tuple[str, str, str]:
-    return record["cell"], record["repro"], record["mode"]
-
-
-def outcomes(found: list[dict]) -> dict[tuple[str, str, str], str]:
-    return {item_key(r): r["outcome"] for r in found}
 
 
 @pytest.fixture(scope="module")
