@@ -93,6 +93,23 @@ def raise_if_loss_not_finite(train_facts: Mapping[str, Any], loaded: list[Mappin
     )
 
 
+def raise_if_placeholders_not_finite(loaded: list[Mapping[str, Any] | None]) -> None:
+    """``LoadedNotFinite`` when a rank other than 0 loaded NaN or infinite placeholders."""
+    from repros.trainer.silent_failures import LoadedNotFinite
+
+    for rank, facts in enumerate(loaded):
+        if rank == 0 or facts is None:
+            continue
+        nan, inf = facts.get("nan_elements") or 0, facts.get("inf_elements") or 0
+        if nan or inf:
+            raise LoadedNotFinite(
+                f"rank {rank} loaded {nan} NaN and {inf} infinite elements with cpu_ram_efficient_loading "
+                f"({facts.get('tensors_differing')} tensors not the checkpoint's, "
+                f"first {facts.get('first_nonfinite')}); "
+                "the loss stayed finite"
+            )
+
+
 SPEC = ReproSpec(
     id="F15",
     title="FSDP cpu_ram_efficient_loading: every rank but 0 loads NaN placeholders",
@@ -104,6 +121,13 @@ SPEC = ReproSpec(
         "huggingface/transformers#43749 (FSDP_CPU_RAM_EFFICIENT_LOADING broken: every rank allocates the model)",
     ),
     signatures=(
+        Signature(
+            id="F15.nan-placeholders",
+            exception="repros.trainer.silent_failures.LoadedNotFinite",
+            pattern=r"^rank \d+ loaded \d+ NaN",
+            description="no error and a finite loss, but a rank other than 0 loaded NaN or infinite placeholders "
+            "instead of the checkpoint (uninitialized memory whose garbage did not reach the loss this time)",
+        ),
         Signature(
             id="F15.loss-nan",
             exception="repros.trainer.silent_failures.LossNotFinite",
@@ -136,7 +160,13 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
-    raise_if_loss_not_finite(ctx.facts.get("train") or {}, _every_rank(ctx.facts.get("placeholders")))
+    loaded = _every_rank(ctx.facts.get("placeholders"))
+    raise_if_loss_not_finite(ctx.facts.get("train") or {}, loaded)
+    if ctx.mode == "bug":
+        # The documented failure itself: the garbage is uninitialized memory, so whether it reaches the
+        # loss depends on what that memory held; a NaN loaded on a rank but 0 is the failure either way.
+        # (The fixed mode's guard broadcasts rank 0's weights after this load: what it loaded is not trained.)
+        raise_if_placeholders_not_finite(loaded)
 
 
 def _every_rank(facts: Mapping[str, Any] | None) -> list[Mapping[str, Any] | None]:

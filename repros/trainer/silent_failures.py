@@ -95,6 +95,11 @@ class LossNotFinite(Exception):
     """Training ran without an error, but its loss was NaN or infinite."""
 
 
+class LoadedNotFinite(Exception):
+    """A model was loaded without an error, but a rank's weights hold NaN or infinite values that are not the
+    checkpoint's (uninitialized placeholders), whatever the loss then showed."""
+
+
 class SavedAdapterIncomplete(Exception):
     """A checkpoint of the adapter was written without an error, but a tensor in it is not the trained
     adapter's full tensor (a shard of it, or other values)."""

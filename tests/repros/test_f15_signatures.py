@@ -136,3 +136,20 @@ def test_a_grid_combination_meeting_f15_is_named_by_it() -> None:
     message = recorded(TEXTS[0])
     obs = classify_scenario(None, failing_launch(NOT_FINITE, message), KNOWN)
     assert (obs.outcome, obs.signature) == (Outcome.REPRODUCED, "F15.loss-nan")
+
+
+def test_nan_placeholders_on_a_rank_but_0_are_f15_even_when_the_loss_stays_finite() -> None:
+    """The garbage is uninitialized memory: whether it reaches the loss varies from run to run (a CI run of
+    tf4 loaded 5 NaN on rank 1 and trained a finite loss). What rank 1 loaded is the failure either way."""
+    from repros.catalog.f15_fsdp_ram_efficient_loading_nan import raise_if_placeholders_not_finite
+    from repros.trainer.silent_failures import LoadedNotFinite
+
+    clean = {"nan_elements": 0, "inf_elements": 0, "tensors_differing": 0}
+    garbage = {"nan_elements": 5, "inf_elements": 0, "tensors_differing": 27, "first_nonfinite": "model.x.weight"}
+    raise_if_placeholders_not_finite([clean, clean])
+    raise_if_placeholders_not_finite([garbage, clean])  # rank 0 reads the checkpoint: never a placeholder
+    raise_if_placeholders_not_finite([clean, {**clean, "zeroed_elements": 100}])  # zeros (transformers >= 5.6)
+    with pytest.raises(LoadedNotFinite) as raised:
+        raise_if_placeholders_not_finite([clean, garbage])
+    etype = f"{LoadedNotFinite.__module__}.{LoadedNotFinite.__qualname__}"
+    assert observed(F15, etype, str(raised.value)) == (REPRODUCED, "F15.nan-placeholders")
