@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,7 +53,7 @@ class StandIn:
         pass
 
     def place(self, item: PlannedItem) -> AbstractContextManager[Sequence[str]]:
-        return contextmanager(no_placement)()
+        return no_placement()
 
     def attempt(self, job: ItemJob, resolved: Resolved | None, gpus: Sequence[str]) -> Attempted:
         label = job.item.id.label()

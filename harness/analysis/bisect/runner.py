@@ -223,76 +223,62 @@ class StepRunner:
             self.records[point] = self._by_identity[identity].evolve(bisect_step_s=0.0, same_as_earlier=True)
             return self.records[point]
         started = time.perf_counter()
-        if self.executor is not None:
-            return self._record_on_node(point, identity, started)
-        try:
-            cell = self.axis.cell(self.cell, point)
-            resolved = self.environments.for_cell(cell)
-        except EnvironmentUnavailable as exc:
-            cell, resolved = (
-                dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}"),
-                Resolved(None, exc.reason),
-            )
-        env = resolved.env
-        if env is not None and not env.reused:
-            self.environments_built += 1
-        pins = self.axis.pins(point) if env is not None else ()
-        item = PlannedItem(
-            cell, self.opts.repro, self.repro.module, self.opts.mode, self.repro.spec.world_size or cell.world_size
-        )
-        observed = observe_item(
-            run_id=self.run_id,
-            item=item,
-            repro=self.repro,
-            resolved=resolved,
-            run_dir=self.run_dir,
-            launcher=self.launcher,
-            repro_cmd=run_command(
-                self.opts.matrix.path,
-                cell,
-                self.opts.repro,
-                self.opts.mode,
-                pins,
-                self.opts.cache_dir,
-                self.opts.repros_dirs,
-                module=self.repro.module,
-            ),
-            environments=self.environments,
-        )
-        if env is not None:
-            self.environments.release(env)  # the step is over: the cache may evict it for the next one
+        observed = self._observe_on_node(point) if self.executor is not None else self._observe_here(point)
         record = observed.evolve(bisect_point=point, bisect_step_s=round(time.perf_counter() - started, 3))
         self.writer.append(record)
         self.records[point] = self._by_identity[identity] = record
         return record
 
-    def _record_on_node(self, point: str, identity: Hashable, started: float) -> ItemRecord:
+    def _observe_here(self, point: str) -> ItemRecord:
+        """The step on this machine: the point's environment made ready here, released after."""
+        try:
+            cell = self.axis.cell(self.cell, point)
+            resolved = self.environments.for_cell(cell)
+        except EnvironmentUnavailable as exc:
+            cell, resolved = self._unavailable_cell(point), Resolved(None, exc.reason)
+        env = resolved.env
+        if env is not None and not env.reused:
+            self.environments_built += 1
+        pins = self.axis.pins(point) if env is not None else ()
+        observed = observe_item(
+            run_id=self.run_id,
+            item=self._item(cell),
+            repro=self.repro,
+            resolved=resolved,
+            run_dir=self.run_dir,
+            launcher=self.launcher,
+            repro_cmd=self._command(cell, pins),
+            environments=self.environments,
+        )
+        if env is not None:
+            self.environments.release(env)  # the step is over: the cache may evict it for the next one
+        return observed
+
+    def _observe_on_node(self, point: str) -> ItemRecord:
         """The step on a node of the cluster: the node builds the point's environment."""
         assert self.executor is not None
         try:
             cell = self.axis.cell(self.cell, point)
         except EnvironmentUnavailable as exc:
-            cell = dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}")
-            item = self._item(cell)
-            observed = observe_item(
+            cell = self._unavailable_cell(point)
+            return observe_item(
                 run_id=self.run_id,
-                item=item,
+                item=self._item(cell),
                 repro=self.repro,
                 resolved=Resolved(None, exc.reason),
                 run_dir=self.run_dir,
                 launcher=self.launcher,
                 repro_cmd=self._command(cell, ()),
             )
-        else:
-            item = self._item(cell)
-            job = ItemJob(self.run_id, item, self.repro, self._command(cell, self.axis.pins(point)))
-            observed = attempt_until_not_lost(self.executor, job, None, ()).record
-            if observed.env is not None and not observed.env.reused:
-                self.environments_built += 1
-        record = observed.evolve(bisect_point=point, bisect_step_s=round(time.perf_counter() - started, 3))
-        self.writer.append(record)
-        self.records[point] = self._by_identity[identity] = record
-        return record
+        job = ItemJob(self.run_id, self._item(cell), self.repro, self._command(cell, self.axis.pins(point)))
+        observed = attempt_until_not_lost(self.executor, job, None, ()).record
+        if observed.env is not None and not observed.env.reused:
+            self.environments_built += 1
+        return observed
+
+    def _unavailable_cell(self, point: str) -> Cell:
+        """The base cell named for a point whose environment could not even be described."""
+        return dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}")
 
     def _item(self, cell: Cell) -> PlannedItem:
         return PlannedItem(

@@ -18,7 +18,7 @@ Executors are registered by name in ``__init__.py``, like launchers.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -124,6 +124,7 @@ class Executor(Protocol):
         ...
 
 
+@contextmanager
 def no_placement() -> Iterator[Sequence[str]]:
     """``place`` for an executor whose cluster places items itself."""
     yield ()

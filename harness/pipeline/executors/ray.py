@@ -19,7 +19,7 @@ import os
 import secrets
 import threading
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from harness.environments import Resolved
@@ -122,7 +122,7 @@ class RayExecutor:
         pass
 
     def place(self, item: PlannedItem) -> AbstractContextManager[Sequence[str]]:
-        return contextmanager(no_placement)()
+        return no_placement()
 
     def demand(self, world_size: int) -> dict[str, float]:
         """The task's resources: the item's ranks' GPUs where the cluster has GPUs, else one CPU per rank."""

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +163,7 @@ class SlurmExecutor:
         return handle, marker
 
     def place(self, item: PlannedItem) -> AbstractContextManager[Sequence[str]]:
-        return contextmanager(no_placement)()
+        return no_placement()
 
     def attempt(self, job: ItemJob, resolved: Resolved | None, gpus: Sequence[str]) -> Attempted:
         label = job.item.id.label()
