@@ -28,15 +28,22 @@ def holds(when: Mapping[str, str], versions: Mapping[str, str | None]) -> bool:
 
 
 def expectation_for(
-    spec: ReproSpec, mode: str, versions: Mapping[str, str | None], device: str | None = None
+    spec: ReproSpec,
+    mode: str,
+    versions: Mapping[str, str | None],
+    device: str | None = None,
+    world_size: int | None = None,
 ) -> Expectation | None:
-    """The first expectation of ``mode`` whose version ranges all hold and whose device, if it
-    names one, is the device the ranks ran on."""
+    """The first expectation of ``mode`` whose version ranges all hold, whose device, if it names
+    one, is the device the ranks ran on, and whose world sizes, if bounded, hold the item's."""
     return next(
         (
             e
             for e in spec.expectations
-            if e.mode == mode and (e.device is None or e.device == device) and holds(e.when, versions)
+            if e.mode == mode
+            and (e.device is None or e.device == device)
+            and (e.world_sizes.unbounded or world_size in e.world_sizes)
+            and holds(e.when, versions)
         ),
         None,
     )

@@ -1,6 +1,8 @@
 """Turn what the ranks recorded into one outcome of the vocabulary (``repros/runtime/outcomes.py``).
 
 bug mode:   REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
+            (the cell's stack failing, a package that does not import or one it lacks, is INFRA in
+            both modes, unless a documented signature names that very error)
 fixed mode: PASS | FAIL | INFRA | HANG | CRASH (PASS: trained by the fixed trainer's rule, or for a
             repro whose ``pass_rule`` is ``clean-exit``, a user's script that ran to its end)
 A cell whose environment cannot be built gives UNRESOLVABLE (decided before any launch).
@@ -185,6 +187,16 @@ def matching_signature(
     return None
 
 
+def _stack_failed(errors: list[tuple[int, ErrorInfo, RankRecord]]) -> Observation | None:
+    """INFRA where a rank's error is the cell's stack failing (a package that does not import, one the
+    cell lacks), with the rank's reason: never a classified outcome of the scenario."""
+    for rank, info, rec in errors:
+        reason = rec.error.stack_failure if rec.error else None
+        if reason:
+            return Observation(INFRA, error=info, reasons=(f"rank {rank}: {reason}",))
+    return None
+
+
 def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
     ended = _unobserved(launch)
     if ended is not None:
@@ -195,6 +207,10 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
             found = matching_signature([spec], errors)
             if found is not None:
                 return Observation(REPRODUCED, signature=found[0], error=found[1])
+        stack = _stack_failed(errors)
+        if stack is not None:
+            return stack
+        if mode == "bug":
             return Observation(DIFFERENT_ERROR, error=errors[0][1])
         return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))
     ended = _ended_without_record(launch)
@@ -227,6 +243,9 @@ def classify_scenario(own: ReproSpec | None, launch: LaunchResult, known: Sequen
         found = matching_signature([s for s in [own, *known] if s is not None], errors)
         if found is not None:
             return Observation(REPRODUCED, signature=found[0], error=found[1])
+        stack = _stack_failed(errors)
+        if stack is not None:
+            return stack
         first = errors[0][1]
         if first.type.startswith(SILENT_FAILURE_MODULE):
             return Observation(Outcome.SILENT_FAILURE, error=first, reasons=(first.first_line,))

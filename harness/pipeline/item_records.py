@@ -20,10 +20,32 @@ JsonValue = Any
 
 
 def tracked_versions(env: Environment | None) -> dict[str, str | None]:
+    """What the cell's listing says of the tracked packages (and Python)."""
     versions: dict[str, str | None] = {"python": env.python_version if env else None}
     for name in TRACKED_PACKAGES:
         versions[name] = env.version(name) if env else None
     return versions
+
+
+def imported_by_ranks(launch: LaunchResult) -> dict[str, str | None]:
+    """What rank 0 (else the lowest rank that says) imported of the tracked packages, and its Python:
+    empty where no rank wrote it (none started)."""
+    for _, rec in sorted(launch.records.items()):
+        if rec is not None and rec.versions_imported:
+            seen: dict[str, str | None] = {name: pkg.version for name, pkg in rec.versions_imported.items()}
+            if rec.python_version:
+                seen["python"] = rec.python_version
+            return {k: v for k, v in seen.items() if k == "python" or k in TRACKED_PACKAGES}
+    return {}
+
+
+def versions_seen(env: Environment, launch: LaunchResult) -> tuple[dict[str, str | None], dict[str, str | None] | None]:
+    """The item's versions, as its ranks imported them (the listing's where no rank said), and the
+    listing itself where it differs (``versions_listed``): a passthrough rank keeps the caller's
+    ``PYTHONPATH``, which can put another release first."""
+    listed = tracked_versions(env)
+    versions = {**listed, **imported_by_ranks(launch)}
+    return versions, (listed if versions != listed else None)
 
 
 def _expectation_fields(expected: Expectation | None, outcome: str) -> dict[str, JsonValue]:
@@ -82,6 +104,7 @@ def item_record(
 ) -> ItemRecord:
     """A launched item's record; ``more``: what the plan or the run adds (explored, the model...)."""
     records = [rec for rec in launch.records.values() if rec is not None]
+    versions, listed = versions_seen(env, launch)
     first = next((rec for rec in records if rec.device), None)
     train = next((rec.train for rec in records if rec.rank == 0 and rec.train is not None), None)
     guards = next((rec.guards for rec in records if rec.guards is not None), [])
@@ -96,7 +119,9 @@ def item_record(
             "outcome": observation.outcome,
             "signature": observation.signature,
             **_expectation_fields(expected, observation.outcome),
-            "versions": tracked_versions(env),
+            "versions": versions,
+            **({"versions_listed": listed} if listed is not None else {}),
+            "to_training_s": round(launch.to_training_s, 3) if launch.to_training_s is not None else None,
             "world_size": launch.world_size,
             "device": first.device if first else None,
             "device_name": first.device_name if first else None,

@@ -16,7 +16,7 @@ from harness.environments import Environment, Environments, Resolved
 from harness.environments.integrity import describe
 from harness.execution.classify import Observation, classify, classify_scenario
 from harness.execution.launchers import Launcher, LaunchRequest
-from harness.pipeline.item_records import item_device, item_record, unobserved_record
+from harness.pipeline.item_records import item_device, item_record, unobserved_record, versions_seen
 from harness.planning.items import PlannedItem
 from harness.records.item import ItemId, ItemRecord
 from harness.records.run_dir import RunDir
@@ -120,7 +120,8 @@ def _observe(
     damage = _retire_if_damaged(environments, launcher, env, "while the item ran")
     if damage is not None:
         observation = Observation(Outcome.INFRA, error=observation.error, reasons=(damage,))
-    versions = {**env.packages, "python": env.python_version}
+    # Expectations are looked up by what the ranks imported (the listing's other packages beside).
+    versions = {**env.packages, **versions_seen(env, launch)[0]}
     device = item_device(launch) or ("cuda" if gpus else "cpu")
     launched: dict[str, JsonValue] = {"model": item.cell.model}
     if launch.fallback_reason:
@@ -133,7 +134,7 @@ def _observe(
         run_id=run_id,
         item=item.id,
         observation=observation,
-        expected=expectation_for(repro.spec, item.mode, versions, device),
+        expected=expectation_for(repro.spec, item.mode, versions, device, launch.world_size),
         env=env,
         launch=launch,
         repro_cmd=repro_cmd,

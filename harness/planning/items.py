@@ -237,11 +237,15 @@ def plan_items(opts: RunOptions) -> Plan:
                 if mode not in opts.modes:
                     continue
                 exclusion = opts.matrix.exclusion(cell.family_of or cell.name, repro_id, mode)
-                reason = exclusion.reason if exclusion is not None else family_exclusion(cell, repro.spec)
+                world_size = repro.spec.world_size or cell.world_size
+                reason = (
+                    exclusion.reason
+                    if exclusion is not None
+                    else family_exclusion(cell, repro.spec) or repro.spec.world_size_exclusion(world_size)
+                )
                 if reason is not None:
                     plan.excluded.append(ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=reason))
                     continue
-                world_size = repro.spec.world_size or cell.world_size
                 explore = opts.explore or not any(e.mode == mode for e in repro.spec.expectations)
                 plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size, explore=explore))
     if opts.shard is not None:

@@ -181,7 +181,10 @@ class ItemRecord(BaseModel):
     explored: bool = False
     #: The matrix cell a pinned or bisected cell was derived from (``--pin``, ``bisect``).
     cell_origin: str | None = None
+    #: The tracked packages' versions (and Python's) as rank 0 imported them.
     versions: dict[str, str | None]
+    #: The cell's listing of the same, where it differs from what the ranks imported.
+    versions_listed: dict[str, str | None] | None = None
     world_size: int
     device: str | None
     device_name: str | None = None
@@ -201,6 +204,8 @@ class ItemRecord(BaseModel):
     #: ``grid``: the combination this item ran, axis -> value.
     scenario: dict[str, str] | None = None
     wall_s: float
+    #: Seconds from the launch to the first training step of the slowest rank (where every rank trained).
+    to_training_s: float | None = None
     #: The cluster node that ran the item (``--executor ray|slurm``); None: the orchestrator's machine.
     node: str | None = None
     #: ``--reruns``: the earlier attempts of this item, and whether a rerun matched the
@@ -309,6 +314,16 @@ class ItemRecord(BaseModel):
         """Whether the record makes a run fail (exit 1, a JUnit failure, a failed pytest item): it
         did not match its expectation and is not an explored item's finding."""
         return not self.matched and not self.is_finding
+
+    def versions_differing(self) -> list[str]:
+        """``package listed L, imported I`` for each tracked package the ranks imported at another
+        version than the cell's listing says (empty where they agree)."""
+        listed = self.versions_listed or {}
+        return [
+            f"{k} listed {listed.get(k) or 'absent'}, imported {v or 'none'}"
+            for k, v in self.versions.items()
+            if k in listed and listed.get(k) != v
+        ]
 
     @property
     def guard_ids(self) -> tuple[str, ...]:

@@ -37,6 +37,9 @@ class RankError(_Read):
     traceback: str | None = None
     #: Each signature's own checks, judged in the rank where their code is (a user's repro).
     signature_verdicts: dict[str, bool] = Field(default_factory=dict)
+    #: Where the error is the cell's stack failing (a package that does not import, one the cell
+    #: lacks; ``repros/runtime/stack_failure.py``): why. INFRA unless a documented signature names it.
+    stack_failure: str | None = None
 
 
 class Measured(_Read):
@@ -45,6 +48,14 @@ class Measured(_Read):
     kind: str | None = None
     value: float | None = None
     per_step: list[float] | None = None
+
+
+class ImportedPackage(_Read):
+    """What a rank imported of a tracked package, or would have (``repros/runtime/context.py``)."""
+
+    version: str | None = None
+    path: str | None = None
+    imported: bool = False
 
 
 class TrainFacts(_Read):
@@ -68,6 +79,11 @@ class RankRecord(_Read):
     started_at: str | None = None
     finished_at: str | None = None
     versions: dict[str, str | None] = Field(default_factory=dict)
+    #: What the rank imported of each tracked package (its version, where it lay), written at its end.
+    versions_imported: dict[str, ImportedPackage] = Field(default_factory=dict)
+    python_version: str | None = None
+    #: When its first training step began (``time.time()``), where it trained.
+    training_began_at: float | None = None
     #: The rendezvous: DeepSpeed names its /dev/shm segments after it.
     master_addr: str | None = None
     master_port: str | None = None

@@ -324,6 +324,9 @@ def _facts(record: ItemRecord) -> list[tuple[str, str, int]]:
     facts.append(("wall", "; ".join(ran), TEXT))
     versions = " · ".join(f"{k} {v}" for k, v in (record.versions or {}).items() if v)
     facts.append(("versions", versions or "none resolved", TEXT))
+    differing = record.versions_differing()
+    if differing:
+        facts.append(("not as listed", "; ".join(differing), TEXT))
     if record.env:
         reused = ", reused" if record.env.reused else ""
         facts.append(("environment", f"{record.env.key} ({record.env.provider}{reused})", CODE))

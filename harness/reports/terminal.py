@@ -109,11 +109,19 @@ def print_summary(console: Console, records: Sequence[ItemRecord], excluded: Seq
     for rec in records:
         if rec.versions.get("torch"):
             cells.setdefault(rec.cell, rec.versions)
+    differing: dict[str, list[str]] = {}
+    for rec in records:
+        if rec.versions_differing():
+            differing.setdefault(rec.cell, rec.versions_differing())
     for cell, versions in cells.items():
         pins = " ".join(f"{k}={v}" for k, v in versions.items() if v)
         line = Text(plain(cell), style="bold")
         line.append(plain(f": {pins}"))
         console.print(line, highlight=False)
+        if cell in differing:
+            note = Text("  ! ", style="yellow")
+            note.append(plain("the ranks imported other versions than the cell lists: " + "; ".join(differing[cell])))
+            console.print(note, highlight=False)
     mismatches = [r for r in records if r.counts_against]
     for rec in mismatches:
         if rec.outcome == Outcome.UNRESOLVABLE:

@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,19 +84,139 @@ def _reply(stream: Any, event: dict[str, Any]) -> None:
         raise OrchestratorGone(str(exc)) from None
 
 
-def preload(modules: list[str]) -> tuple[dict[str, float], dict[str, str]]:
-    """Import each module; return the seconds each took and the error of each that failed."""
+def _import(name: str) -> tuple[float | None, str | None]:
+    """Import ``name``: the seconds it took, or the error it raised."""
+    started = time.perf_counter()
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - a broken package is reported, not fatal
+        return None, f"{type(exc).__name__}: {exc}"
+    return round(time.perf_counter() - started, 3), None
+
+
+def cuda_present() -> bool:
+    """Whether this process could use CUDA, asked without initialising it (torch's NVML-based check,
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` in the worker's environment). False before torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a torch that cannot even say has no CUDA to keep unspoiled
+        return False
+
+
+def cuda_initialised() -> bool:
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_initialized())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _who_initialised_cuda() -> list[str]:
+    """In a probe: wrap torch's CUDA initialisation so the first call names its caller (the frames
+    below it that are not torch's own). Filled in the returned list."""
+    callers: list[str] = []
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    original = getattr(cuda, "_lazy_init", None)
+    if cuda is None or original is None:
+        return callers
+
+    def watched() -> Any:
+        if not callers:
+            for frame in reversed(traceback.extract_stack()[:-1]):
+                if f"{os.sep}torch{os.sep}" not in frame.filename and "cell_server" not in frame.filename:
+                    callers.append(f"{frame.filename}:{frame.lineno} in {frame.name}")
+                    break
+        return original()
+
+    cuda._lazy_init = watched
+    return callers
+
+
+def _probe(modules: list[str]) -> Iterator[dict[str, Any]]:
+    """Import ``modules`` in order in a forked probe, one event per module as it is imported: ``ok``,
+    ``failed`` (its error), or ``cuda`` (importing it initialised CUDA: the probe stops there, naming
+    the caller). A probe that dies mid-import says nothing more of the module it was importing."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the probe: never returns
+        os.close(read_end)
+        try:
+            out = os.fdopen(write_end, "w", buffering=1)
+            callers = _who_initialised_cuda()
+            for name in modules:
+                took, error = _import(name)
+                if error is not None:
+                    out.write(json.dumps({"module": name, "failed": error}) + "\n")
+                elif cuda_initialised():
+                    by = callers[0] if callers else "an import that initialised CUDA outside torch's lazy init"
+                    out.write(json.dumps({"module": name, "cuda": by}) + "\n")
+                    break
+                else:
+                    out.write(json.dumps({"module": name, "ok": took}) + "\n")
+            out.flush()
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "r") as events:
+            for line in events:
+                yield json.loads(line)
+    finally:
+        os.waitpid(pid, 0)
+
+
+def preload(modules: list[str]) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
+    """Import each module; return the seconds each took, the error of each that failed, and the
+    modules left for the ranks to import, each with why.
+
+    Where the process has CUDA, a module whose import initialises it (bitsandbytes asks torch for the
+    devices' compute capability as it loads its library) would leave every forked rank unable to use
+    CUDA. So once torch is in and says there is CUDA, each further module is first imported in a
+    forked probe; the worker imports only what the probe imported without initialising CUDA, right
+    behind it, and leaves the rest (each named with the call that initialised CUDA) to the ranks,
+    which import it after the fork. Without CUDA (a CPU runner) every module is imported at once."""
     took: dict[str, float] = {}
     failed: dict[str, str] = {}
-    for name in modules:
-        started = time.perf_counter()
-        try:
-            importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001 - a broken package is reported, not fatal
-            failed[name] = f"{type(exc).__name__}: {exc}"
-        else:
-            took[name] = round(time.perf_counter() - started, 3)
-    return took, failed
+    deferred: dict[str, str] = {}
+    remaining = list(modules)
+    cuda: bool | None = None
+    while remaining:
+        if cuda is None and "torch" in sys.modules:
+            cuda = cuda_present()  # asked once: torch's answer does not change
+        if cuda:
+            break
+        name = remaining.pop(0)
+        seconds, error = _import(name)
+        if error is not None:
+            failed[name] = error
+        elif seconds is not None:
+            took[name] = seconds
+    while remaining:
+        answered: set[str] = set()
+        for event in _probe(remaining):
+            name = event["module"]
+            answered.add(name)
+            if "failed" in event:
+                failed[name] = event["failed"]  # not imported here: a failed import leaves half a module
+            elif "cuda" in event:
+                deferred[name] = f"importing it initialises CUDA ({event['cuda']}): the ranks import it"
+            else:
+                seconds, error = _import(name)
+                if error is not None:
+                    failed[name] = error
+                elif seconds is not None:
+                    took[name] = seconds
+        done = [m for m in remaining if m in answered]
+        rest = remaining[len(done) :]
+        if rest and (not done or done[-1] not in deferred):
+            # The probe died importing rest[0]: leave that one to the ranks, go on with the others.
+            deferred[rest[0]] = "the probe importing it died: the ranks import it"
+            rest = rest[1:]
+        remaining = rest
+    return took, failed, deferred
 
 
 def warm_deepspeed_comm_op() -> dict[str, Any]:
@@ -108,6 +229,10 @@ def warm_deepspeed_comm_op() -> dict[str, Any]:
     """
     if "deepspeed" not in sys.modules:
         return {}
+    if cuda_present():
+        # The op is the CPU accelerator's; on CUDA DeepSpeed uses NCCL and building it would only
+        # risk the worker's CUDA staying unspoiled.
+        return {"skipped": "a CUDA accelerator: the shared-memory comm op is the CPU accelerator's"}
     started = time.perf_counter()
     try:
         from deepspeed.comm.torch import build_shm_op
@@ -316,7 +441,7 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
     # A process whose item leader died is re-parented here, not to init: it is ended (``_end_strays``).
     become_subreaper()
     started = time.perf_counter()
-    took, failed = preload(modules)
+    took, failed, deferred = preload(modules)
     comm_op = warm_deepspeed_comm_op()
     _reply(
         reply,
@@ -327,6 +452,8 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
             "import_s": round(time.perf_counter() - started, 3),
             "preloaded": took,
             "failed": failed,
+            "deferred": deferred,
+            "cuda": cuda_present(),
             "comm_op": comm_op,
             "hazards": fork_hazards(),
         },

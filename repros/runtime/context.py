@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
+from importlib import metadata, util
+from pathlib import Path
 from typing import Any
 
 from repros.runtime.measures import METERS, Meter
@@ -22,6 +26,49 @@ def installed_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str
     return versions
 
 
+def _distribution_version(name: str, location: str) -> str | None:
+    """The version of the distribution ``name`` installed where ``location`` (a module's file) lies:
+    the metadata beside the module's own top-level directory, not the first found on ``sys.path``."""
+    path = Path(os.path.abspath(location))
+    for root in path.parents:
+        if (root / name).is_dir() or (root / f"{name}.py").is_file():
+            for dist in metadata.distributions(name=name, path=[str(root)]):
+                return str(dist.version)
+            return None
+    return None
+
+
+def imported_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, dict[str, Any]]:
+    """What this process imported of each package, or would import (``sys.path`` as it is): its
+    version (from the distribution metadata beside the module, else its ``__version__``), where it
+    lies, and whether it was imported. A package nothing can import has ``version`` None.
+
+    This is what a rank's record says its versions are: a passthrough cell's listing reads the
+    interpreter's site-packages, while its ranks keep the caller's ``PYTHONPATH``, which may put
+    another release first."""
+    found: dict[str, dict[str, Any]] = {}
+    for name in packages:
+        module = sys.modules.get(name)
+        location: str | None
+        if module is not None:
+            location = getattr(module, "__file__", None)
+        else:
+            try:
+                spec = util.find_spec(name)
+            except (ImportError, ValueError):
+                spec = None
+            location = spec.origin if spec is not None and spec.origin not in (None, "namespace") else None
+        if location is None:
+            found[name] = {"version": None, "path": None, "imported": module is not None}
+            continue
+        version = _distribution_version(name, location)
+        if version is None and module is not None:
+            attribute = getattr(module, "__version__", None)
+            version = str(attribute) if attribute is not None else None
+        found[name] = {"version": version, "path": str(Path(location).parent), "imported": module is not None}
+    return found
+
+
 class Meters:
     """Every meter of a rank, driven together by the training loop:
 
@@ -30,12 +77,17 @@ class Meters:
 
     def __init__(self, meters: Sequence[Meter]) -> None:
         self.meters = list(meters)
+        #: When the first step began (``time.time()``): with the launch's time, how long the item took
+        #: to start training.
+        self.training_began_at: float | None = None
 
     @classmethod
     def for_device(cls, device: Any) -> Meters:
         return cls([meter(device) for meter in METERS.values()])
 
     def training_begins(self) -> None:
+        if self.training_began_at is None:
+            self.training_began_at = time.time()
         for meter in self.meters:
             meter.training_begins()
 

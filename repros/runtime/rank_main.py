@@ -17,6 +17,7 @@ import datetime as dt
 import faulthandler
 import json
 import os
+import platform
 import signal
 import sys
 import time
@@ -24,12 +25,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from repros.runtime.context import Meters, RankContext, installed_versions
+from repros.runtime.context import Meters, RankContext, imported_versions, installed_versions
 from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
 from repros.runtime.model_size import use_size
 from repros.runtime.record import ScenarioUnavailable, open_log, rank_log_path, write_rank_record
+from repros.runtime.stack_failure import stack_failure
 
 #: How long a collective may block before the process group gives up on its own.
 #: The orchestrator's per-item timeout is the real bound; this only keeps a rank
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "phase": "import",
         "started_at": _now(),
         "versions": installed_versions(),
+        "python_version": platform.python_version(),
         # The rendezvous: DeepSpeed names its /dev/shm segments after it, and the
         # orchestrator removes them after the item by these names.
         "master_addr": os.environ.get("MASTER_ADDR"),
@@ -191,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             "type": _qualified_name(exc),
             "message": str(exc),
             "traceback": traceback.format_exc(),
+            # A package that does not import, or one the cell lacks: the stack's failure, not the
+            # scenario's (INFRA unless a documented signature names it).
+            "stack_failure": stack_failure(exc),
         }
         if spec is not None:
             # Signatures with checks of the repro's own are judged here, where their code is; the
@@ -203,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         if ctx is not None:
             # The repro's facts stay under their own key: a fact never overwrites the record's fields.
             record.update(measures=ctx.meters.results(), warmup_steps=ctx.warmup_steps, facts=ctx.facts)
+            record["training_began_at"] = ctx.meters.training_began_at
+        # What this rank imported (or would import, by its own sys.path): the record's versions.
+        record["versions_imported"] = imported_versions()
         record["wall_s"] = time.perf_counter() - started
         record["finished_at"] = _now()
         write_rank_record(item_dir, rank, record)

@@ -89,6 +89,58 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class WorldSizes:
+    """A range of world sizes (ranks in the item): ``minimum`` .. ``maximum`` (``None``: no bound)."""
+
+    minimum: int = 1
+    maximum: int | None = None
+
+    def __post_init__(self) -> None:
+        for value in (self.minimum, self.maximum):
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WORLD_SIZE:
+                raise ValueError(f"world size bound {value!r} must be a whole number from 1 to {MAX_WORLD_SIZE}")
+        if self.maximum is not None and self.maximum < self.minimum:
+            raise ValueError(f"world sizes {self.minimum}..{self.maximum}: the maximum is below the minimum")
+
+    def __contains__(self, world_size: object) -> bool:
+        if not isinstance(world_size, int):
+            return False
+        return self.minimum <= world_size and (self.maximum is None or world_size <= self.maximum)
+
+    @property
+    def unbounded(self) -> bool:
+        return self.minimum == 1 and self.maximum is None
+
+    def __str__(self) -> str:
+        if self.maximum is None:
+            return "any" if self.minimum == 1 else f">={self.minimum}"
+        if self.maximum == self.minimum:
+            return f"=={self.minimum}"
+        return f"{self.minimum}..{self.maximum}"
+
+    @classmethod
+    def parse(cls, text: str) -> WorldSizes:
+        """The inverse of ``str``: ``any``, ``>=N``, ``==N``, ``N..M``."""
+        text = text.strip()
+        if text == "any":
+            return cls()
+        if text.startswith(">="):
+            return cls(int(text[2:]))
+        if text.startswith("=="):
+            return cls(int(text[2:]), int(text[2:]))
+        low, sep, high = text.partition("..")
+        if not sep:
+            raise ValueError(f"world sizes {text!r}: use 'any', '>=N', '==N' or 'N..M'")
+        return cls(int(low), int(high))
+
+
+#: Every world size.
+ANY_WORLD_SIZE = WorldSizes()
+
+
+@dataclass(frozen=True)
 class Expectation:
     """What a mode is expected to observe where ``when`` holds.
 
@@ -96,6 +148,8 @@ class Expectation:
     resolved versions must all satisfy (an empty mapping holds everywhere).
     ``device``, where given, limits it to ranks on that device type (``cpu`` or
     ``cuda``): what a CPU cannot run may well reproduce on a GPU runner.
+    ``world_sizes``, where given, limits it to items launched with that many ranks (a failure
+    whose form depends on the ranks, a boundary proven at one world size only).
     ``established_by`` is the command whose run established the range. The first
     expectation of a mode that holds is the one used. Expectations are only
     compared with observations after the fact; they never decide an outcome.
@@ -107,6 +161,7 @@ class Expectation:
     established_by: str = ""
     note: str = ""
     device: str | None = None
+    world_sizes: WorldSizes = ANY_WORLD_SIZE
 
 
 @dataclass(frozen=True)
@@ -149,6 +204,11 @@ class ReproSpec:
     #: (a dense model has no experts to route; a model without fused projections...). Items of such a
     #: family are excluded with that reason; every other family runs.
     impossible_in: Mapping[str, str] = field(default_factory=dict)
+    #: The world sizes at which the failure can occur, and why not elsewhere (``world_sizes_why``): a
+    #: failure of a collective between ranks cannot occur on one. Items launched outside them are
+    #: excluded with that reason (in both modes: the scenario is the failure's).
+    world_sizes: WorldSizes = ANY_WORLD_SIZE
+    world_sizes_why: str = ""
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
@@ -188,6 +248,14 @@ class ReproSpec:
                 )
             if exp.device is not None and exp.device not in DEVICES:
                 raise ValueError(f"{self.id}: expectation device {exp.device!r} is not one of {DEVICES}")
+        if not isinstance(self.world_sizes, WorldSizes) or any(
+            not isinstance(e.world_sizes, WorldSizes) for e in self.expectations
+        ):
+            raise ValueError(f"{self.id}: world_sizes must be a WorldSizes (repros/runtime/spec.py)")
+        if not self.world_sizes.unbounded and not self.world_sizes_why:
+            raise ValueError(f"{self.id}: world_sizes {self.world_sizes} needs world_sizes_why (why not elsewhere)")
+        if self.world_size is not None and self.world_size not in self.world_sizes:
+            raise ValueError(f"{self.id}: world_size {self.world_size} is outside its world_sizes {self.world_sizes}")
         if not isinstance(self.steps, int) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"{self.id}: steps and warmup_steps must be whole numbers, warmup_steps >= 0")
         if self.steps <= self.warmup_steps:
@@ -224,6 +292,12 @@ class ReproSpec:
     def signature(self, signature_id: str) -> Signature | None:
         return next((s for s in self.signatures if s.id == signature_id), None)
 
+    def world_size_exclusion(self, world_size: int) -> str | None:
+        """Why the failure cannot occur with ``world_size`` ranks, or None where it can."""
+        if world_size in self.world_sizes:
+            return None
+        return f"{self.id} cannot occur at world size {world_size} (only {self.world_sizes}): {self.world_sizes_why}"
+
 
 # -- as data: what a child process describing a user's repro hands back --------------------------------
 
@@ -252,11 +326,14 @@ def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
                 "established_by": e.established_by,
                 "note": e.note,
                 "device": e.device,
+                "world_sizes": str(e.world_sizes),
             }
             for e in spec.expectations
         ],
         "modes": list(spec.modes),
         "world_size": spec.world_size,
+        "world_sizes": str(spec.world_sizes),
+        "world_sizes_why": spec.world_sizes_why,
         "steps": spec.steps,
         "warmup_steps": spec.warmup_steps,
         "description": spec.description,
@@ -299,11 +376,14 @@ def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
                 established_by=str(e["established_by"]),
                 note=str(e["note"]),
                 device=e["device"],
+                world_sizes=WorldSizes.parse(str(e.get("world_sizes") or "any")),
             )
             for e in data["expectations"]
         ),
         modes=tuple(data["modes"]),
         world_size=data["world_size"],
+        world_sizes=WorldSizes.parse(str(data.get("world_sizes") or "any")),
+        world_sizes_why=str(data.get("world_sizes_why") or ""),
         steps=data["steps"],
         warmup_steps=data["warmup_steps"],
         description=str(data["description"]),

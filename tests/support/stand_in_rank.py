@@ -4,7 +4,9 @@
 (rank 0 records an error and exits 1 while rank 1 waits to be stopped), ``kill1`` (rank 1
 SIGKILLs itself, rank 0 waits), ``hang`` (every rank starts a child and both sleep
 forever), ``daemon`` (every rank leaves a daemon behind: new session, empty environment),
-``env`` (records the variables a rank was given). Records are written the way
+``env`` (records the variables a rank was given), ``cuda`` (with ``tests/support/fake_cuda`` on the
+path: records whether the stand-in CUDA was initialised and which modules were already imported
+when the rank started, then initialises CUDA itself). Records are written the way
 rank_main writes them, so the orchestrator's classification reads them as usual: what the
 stand-in observed (its environment, parent, session, the child or daemon it started) is
 recorded under ``facts``, as a repro's facts are.
@@ -82,6 +84,17 @@ def main(argv: list[str]) -> int:
             os.execve("/bin/sleep", ["sleep", "600"], {})
         facts["daemon"] = int(os.read(read, 32))
         os.wait()  # the intermediate child
+        write_rank_record(args.item_dir, rank, record)
+    if behaviour == "cuda":
+        import torch
+
+        facts["cuda_initialized_at_start"] = torch.cuda.is_initialized()
+        facts["preimported"] = sorted(
+            m for m in ("harmless", "cuda_at_import", "uses_cuda_at_import") if m in sys.modules
+        )
+        import uses_cuda_at_import  # noqa: F401 - what the worker left to the rank
+
+        facts["cuda_usable"] = torch.cuda.is_initialized()
         write_rank_record(args.item_dir, rank, record)
     if behaviour == "hang":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

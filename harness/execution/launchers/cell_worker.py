@@ -12,7 +12,9 @@ records read back into a ``LaunchResult``.
 A worker that cannot start (a package that fails to import is not that: its items fail
 as they would under torchrun), or whose imports left the process unsafe to fork (threads,
 an initialised CUDA), is reported as unavailable and the runner launches that cell's
-items with torchrun instead, saying why.
+items with torchrun instead, saying why. On a GPU the worker keeps CUDA uninitialised: a module
+whose import would initialise it (bitsandbytes) is found by a forked probe and left to the ranks
+(``deferred``), so the ranks still fork warm.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ class WorkerInfo:
     failed: dict[str, str]
     comm_op: dict[str, Any]
     hazards: list[str] = field(default_factory=list)
+    #: Modules the worker left for the ranks to import, each with why (importing it initialises CUDA).
+    deferred: dict[str, str] = field(default_factory=dict)
+    #: Whether the worker's torch saw CUDA devices (asked without initialising CUDA).
+    cuda: bool = False
     #: Build locks a killed JIT build had left in the environment's extensions dir, removed.
     stale_build_locks_removed: list[str] = field(default_factory=list)
 
@@ -160,6 +166,8 @@ class CellWorker:
             failed=dict(ready.get("failed", {})),
             comm_op=dict(ready.get("comm_op", {})),
             hazards=list(ready.get("hazards", [])),
+            deferred=dict(ready.get("deferred", {})),
+            cuda=bool(ready.get("cuda", False)),
             stale_build_locks_removed=list(stale_locks),
         )
         if self.info.hazards:
@@ -268,6 +276,7 @@ class CellWorker:
             f"(worker pid {self.info.pid if self.info else '?'})",
         ]
         command += ["--module", module, "--mode", mode, "--item-dir", str(item_dir), "--world-size", str(world_size)]
+        launched_at = time.time()
         started = time.perf_counter()
         timed_out = False
         returncode: int | None = None
@@ -348,6 +357,7 @@ class CellWorker:
             dir_before=dir_before,
             scan_root=request.scan_root,
             hung=hung,
+            launched_at=launched_at,
         )
 
 

@@ -46,6 +46,17 @@ class LaunchResult:
     hung: dict[int, str] = field(default_factory=dict)
     #: Bytes cut from the middle of each log that overflowed its cap, by log name.
     logs_cut: dict[str, int] = field(default_factory=dict)
+    #: When the launcher started the item (``time.time()``): with the ranks' ``training_began_at``,
+    #: how long the item took to start training.
+    launched_at: float | None = None
+
+    @property
+    def to_training_s(self) -> float | None:
+        """Seconds from the launch to the first training step of the slowest rank, where every rank trained."""
+        began = [rec.training_began_at for rec in self.records.values() if rec is not None]
+        if self.launched_at is None or not began or any(b is None for b in began) or len(began) != self.world_size:
+            return None
+        return max(0.0, max(b for b in began if b is not None) - self.launched_at)
 
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
@@ -77,6 +88,7 @@ def collect_item(
     dir_before: DirIdentity | None = None,
     scan_root: Path | None = None,
     hung: dict[int, str] | None = None,
+    launched_at: float | None = None,
 ) -> LaunchResult:
     """Read back what a finished launch left in ``item_dir``, once every process of it is
     gone (and its ``logs`` closed), remove what DeepSpeed left of it in /dev/shm (memory), and
@@ -101,4 +113,5 @@ def collect_item(
         machine_reason=machine,
         hung=dict(hung or {}),
         logs_cut={log.path.name: log.cut for log in logs if log.cut},
+        launched_at=launched_at,
     )

@@ -102,6 +102,7 @@ def launch_item(request: LaunchRequest) -> LaunchResult:
     command = torchrun_command(env.python, request.module, request.mode, request.world_size, item_dir, request.params)
     token = secrets.token_hex(8)
     group = item_cgroup(token)
+    launched_at = time.time()
     started = time.perf_counter()
     timed_out = False
     hung: dict[int, str] = {}
@@ -155,6 +156,7 @@ def launch_item(request: LaunchRequest) -> LaunchResult:
             dir_before=dir_before,
             scan_root=request.scan_root,
             hung=hung,
+            launched_at=launched_at,
         )
 
 

@@ -1,0 +1,3 @@
+"""Imports a module that initialises CUDA: deferred with it."""
+
+import cuda_at_import  # noqa: F401
