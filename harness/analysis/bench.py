@@ -72,6 +72,9 @@ class BenchOptions:
     out: Path = Path("reports/bench")
     cold: bool = True
     jobs_probe: bool = True
+    #: Time bare torchrun too (False: only the harness rounds, their figures per device; what a lent GPU's
+    #: minutes allow, where a bare torchrun of each item costs half a minute).
+    bare: bool = True
 
 
 def _median(values: Iterable[float]) -> float | None:
@@ -151,6 +154,8 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
     command += ["--jobs", str(jobs), "--launcher", "worker"]
     if opts.model:
         command += ["--model", opts.model]
+    if opts.world_size:
+        command += ["--world-size", str(opts.world_size)]
     if opts.cache_dir_given and opts.cache_dir is not None:
         command += ["--cache-dir", str(opts.cache_dir)]
     started = time.perf_counter()
@@ -169,6 +174,37 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
         comm_op_load_s={name: (w.get("comm_op") or {}).get("seconds") for name, w in workers.items()},
         concurrency=meta.concurrency,
     )
+
+
+def per_device(runs: Sequence[HarnessRun]) -> dict[str, dict[str, Any]]:
+    """By the device the ranks ran on (``cuda (NVIDIA H200)``, ``cpu``): items, the median seconds from an
+    item's launch to its first training step and outside its training (its wall less the span from the
+    first step to the last), and items per minute over the harness rounds' walls."""
+    found: dict[str, dict[str, list[float]]] = {}
+    walls: dict[str, float] = {}
+    for run in runs:
+        share = run.wall_s / max(1, len(run.records))
+        for record in run.records.values():
+            device = record.device or "none"
+            if record.device_name:
+                device += f" ({record.device_name})"
+            seen = found.setdefault(device, {"to_training_s": [], "outside_training_s": [], "items": []})
+            seen["items"].append(1.0)
+            walls[device] = walls.get(device, 0.0) + share
+            if record.to_training_s is not None:
+                seen["to_training_s"].append(record.to_training_s)
+            if record.training_s is not None:
+                seen["outside_training_s"].append(max(0.0, record.wall_s - record.training_s))
+    return {
+        device: {
+            "items": len(seen["items"]),
+            "to_training_median_s": _median(seen["to_training_s"]),
+            "outside_training_median_s": _median(seen["outside_training_s"]),
+            "trained_items": len(seen["outside_training_s"]),
+            "items_per_minute": 60 * len(seen["items"]) / walls[device] if walls.get(device) else None,
+        }
+        for device, seen in found.items()
+    }
 
 
 # -- where a run's time goes ---------------------------------------------------------------
@@ -353,7 +389,8 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
         return 2
     out = bench.out
     out.mkdir(parents=True, exist_ok=True)
-    console.print(f"bench: {len(items)} items, {bench.rounds} rounds of bare torchrun and harness → {out}")
+    what = "bare torchrun and harness" if bench.bare else "the harness (no bare torchrun)"
+    console.print(f"bench: {len(items)} items, {bench.rounds} rounds of {what} → {out}")
     assert opts.cache_dir is not None
     environments = Environments(opts.cache_dir)
     envs: dict[str, Environment] = {}
@@ -371,14 +408,26 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
     harness: list[HarnessRun] = []
     for round_no in range(1, bench.rounds + 1):
         started = time.perf_counter()
-        for item in items:
+        for item in items if bench.bare else ():
             item_dir = out / f"bare-{round_no}" / item.cell.name / f"{item.repro_id}-{item.mode}"
             spec = opts.discovery.repros[item.repro_id].spec
             bare[item.id.label()].append(bare_torchrun(envs[item.cell.name], item, spec, item_dir))
-        console.print(f"round {round_no}: bare torchrun {time.perf_counter() - started:.1f} s")
+        if bench.bare:
+            console.print(f"round {round_no}: bare torchrun {time.perf_counter() - started:.1f} s")
         run = harness_run(opts, items, out / f"harness-{round_no}")
         harness.append(run)
         console.print(f"round {round_no}: harness {run.wall_s:.1f} s")
+    if not bench.bare:
+        result.update(
+            harness_totals_s=[h.wall_s for h in harness],
+            per_device=per_device(harness),
+            worker_start_s=[h.worker_start_s for h in harness],
+            outside_items=[time_outside_items(out / f"harness-{n}", h.wall_s) for n, h in enumerate(harness, 1)],
+        )
+        (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+        print_per_device(console, result)
+        print_outside_items(console, result["outside_items"])
+        return 0
 
     per_item = []
     identical = True
@@ -423,6 +472,7 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
         comm_op_load_s=[h.comm_op_load_s for h in harness],
         jit_ops_in_environments=jit_ops_present(envs.values()),
         outside_items=[time_outside_items(out / f"harness-{n}", h.wall_s) for n, h in enumerate(harness, 1)],
+        per_device=per_device(harness),
     )
     result["step_time_spread"] = step_time_spread(per_item)
     result["step_cpu_time_spread"] = step_time_spread(per_item, "step_cpu_s")
@@ -531,6 +581,7 @@ def print_bench(console: Console, result: dict[str, Any]) -> None:
         line += f"; --jobs 0 took {_fmt(jobs['wall_s'])}, speedup {jobs['speedup']:.2f}x over --jobs 1"
     line += f"; on {jobs['reference_gpu_box']}: {jobs['items_at_once_gpu_box']} items at once"
     console.print(line)
+    print_per_device(console, result)
     print_outside_items(console, result.get("outside_items") or [])
     print_cold_run(console, result.get("cold_run"))
     cold = result.get("cold")
@@ -552,6 +603,21 @@ def print_bench(console: Console, result: dict[str, Any]) -> None:
             "another environment of the same pair in the same directory "
             f"{_fmt(cold['op_jit_other_env_same_dir'].get('seconds'))}"
         )
+
+
+def print_per_device(console: Console, result: dict[str, Any]) -> None:
+    """Per device the ranks ran on: items per minute, and the medians from launch to the first step and
+    outside the training per item."""
+    for device, row in (result.get("per_device") or {}).items():
+        console.print(
+            f"on {device}: {row['items']} items, {_fmt(row['items_per_minute'], 'items/min')} end to end; "
+            f"from launch to the first step median {_fmt(row['to_training_median_s'], 's', 2)}, outside the "
+            f"training median {_fmt(row['outside_training_median_s'], 's', 2)} per item "
+            f"({row['trained_items']} items trained)"
+        )
+    starts = [s for run in result.get("worker_start_s") or [] for s in run.values() if s]
+    if starts:
+        console.print(f"cell workers ready: median {_fmt(_median(starts))} over {len(starts)} starts")
 
 
 def print_outside_items(console: Console, runs: list[dict[str, Any]]) -> None:

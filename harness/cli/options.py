@@ -310,6 +310,15 @@ OPTIONS: dict[str, Option] = {
             pytest_flags=("--repro-model",),
         ),
         Option(
+            "world_size",
+            ("--world-size",),
+            "launch every selected cell's items with N ranks instead of the cell's own world size (a repro that "
+            "fixes its own keeps it; one whose failure cannot occur at N is excluded, saying why)",
+            kind="int",
+            metavar="N",
+            pytest_flags=("--repro-world-size",),
+        ),
+        Option(
             "family",
             ("--family",),
             "the model families to run every selected cell in, comma-separated (qwen2, llama, mistral, gemma2, "
@@ -440,6 +449,9 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -
         "repros_dirs": repros_dirs,
     }
     fields["model"] = values.get("model")
+    if values.get("world_size") == 0:
+        raise UserError("--world-size", "0", "launches no rank", "pass 1 or more (the number of ranks of each item)")
+    fields["world_size"] = values.get("world_size")
     fields["families"] = csv(values.get("family"))
     for family in fields["families"]:
         if family not in FAMILIES:

@@ -122,6 +122,7 @@ def item_record(
             "versions": versions,
             **({"versions_listed": listed} if listed is not None else {}),
             "to_training_s": round(launch.to_training_s, 3) if launch.to_training_s is not None else None,
+            "training_s": round(launch.training_s, 3) if launch.training_s is not None else None,
             "world_size": launch.world_size,
             "device": first.device if first else None,
             "device_name": first.device_name if first else None,

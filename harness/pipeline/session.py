@@ -101,6 +101,7 @@ def options_record(opts: RunOptions) -> StoredOptions:
         repeat=opts.repeat,
         as_of=opts.as_of,
         model=opts.model,
+        world_size=opts.world_size,
         families=list(opts.families),
         explore=opts.explore,
     )

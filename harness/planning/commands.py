@@ -40,6 +40,7 @@ def run_command(
     repros_dirs: Sequence[Path] = (),
     model: str | None = None,
     module: str | None = None,
+    world_size: int | None = None,
 ) -> str:
     args = [*program(), "run", "--matrix", str(Path(matrix).resolve())]
     args += ["--cells", cell.origin or cell.family_of or cell.name, "--repros", repro, "--modes", mode]
@@ -53,6 +54,8 @@ def run_command(
         args += ["--cache-dir", str(cache_dir)]
     if model:
         args += ["--model", model]
+    if world_size:
+        args += ["--world-size", str(world_size)]
     return shlex.join(args)
 
 
@@ -88,6 +91,7 @@ def repro_command(opts: RunOptions, item: PlannedItem) -> str:
         opts.repros_dirs,
         opts.model,
         module=item.module,
+        world_size=opts.world_size,
     )
 
 
@@ -105,6 +109,8 @@ def selection_command(opts: RunOptions, cells: Sequence[str], repros: Sequence[s
         args += ["--repros-dir", str(directory)]
     if opts.model:
         args += ["--model", opts.model]
+    if opts.world_size:
+        args += ["--world-size", str(opts.world_size)]
     if opts.families:
         args += ["--family", ",".join(opts.families)]
     return shlex.join(args)

@@ -71,6 +71,8 @@ class RunOptions:
     repeat: int = 1
     #: The test model's size for every selected cell (``--model``), over the cells' own.
     model: str | None = None
+    #: The ranks every selected cell's items launch with (``--world-size``), over the cells' own.
+    world_size: int | None = None
     #: The model families to run every selected cell in (``--family``); () : each cell's own family.
     families: tuple[str, ...] = ()
     #: Explore (``--explore``): every item's observation is a finding, not checked against an
@@ -188,6 +190,8 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
         cells = [pinned_cell(c, opts.pins) for c in cells if c.installs_packages]
     if opts.model:
         cells = [dataclasses.replace(c, model=opts.model) for c in cells]
+    if opts.world_size:
+        cells = [dataclasses.replace(c, world_size=opts.world_size) for c in cells]
     if opts.families:
         cells = [family_cell(c, family) for c in cells for family in opts.families]
     if opts.as_of:

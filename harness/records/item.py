@@ -206,6 +206,9 @@ class ItemRecord(BaseModel):
     wall_s: float
     #: Seconds from the launch to the first training step of the slowest rank (where every rank trained).
     to_training_s: float | None = None
+    #: Seconds from the first step to the last (every rank's), where every rank trained: the item's
+    #: wall less this is what the harness and the libraries cost around the training.
+    training_s: float | None = None
     #: The cluster node that ran the item (``--executor ray|slurm``); None: the orchestrator's machine.
     node: str | None = None
     #: ``--reruns``: the earlier attempts of this item, and whether a rerun matched the

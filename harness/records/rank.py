@@ -84,6 +84,8 @@ class RankRecord(_Read):
     python_version: str | None = None
     #: When its first training step began (``time.time()``), where it trained.
     training_began_at: float | None = None
+    #: When its last training step ended.
+    training_ended_at: float | None = None
     #: The rendezvous: DeepSpeed names its /dev/shm segments after it.
     master_addr: str | None = None
     master_port: str | None = None

@@ -91,6 +91,7 @@ class StoredOptions(_Meta):
     repeat: int = 1
     as_of: str | None = None
     model: str | None = None
+    world_size: int | None = None
     #: ``--family``: the model families every selected cell ran in (empty: each cell's own).
     families: list[str] = Field(default_factory=list)
     explore: bool = False

@@ -35,7 +35,7 @@ from typing import Any
 
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -133,6 +133,12 @@ SPEC = ReproSpec(
             {"zero_init": False},
             claim="what users without zero.Init do; DeepSpeed 0.19.2 still casts such a model to bf16",
         ),
+    ),
+    world_sizes=WorldSizes(2),
+    world_sizes_why=(
+        "with one rank ZeRO-3 has one partition and never all-gathers (DeepSpeed's `num_partitions == 1` "
+        "path, `_no_gather_coalesced`), so no gather meets the mixed dtypes (ds-0.19.2 at world size 1: "
+        "NOT_REPRODUCED, on a CPU and on an H200)"
     ),
     description=__doc__ or "",
 )

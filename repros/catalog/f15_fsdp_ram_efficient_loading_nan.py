@@ -35,7 +35,7 @@ from typing import Any
 
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
 from repros.trainer.scenario import Scenario
 
 # Established by running (2026-11-26, torch 2.13.0+cpu, peft 0.21.2, accelerate 1.15.0, 2 ranks, gloo). See
@@ -141,6 +141,11 @@ SPEC = ReproSpec(
         Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED_4X),
         Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=f"{_ESTABLISHED_5X}; {_ESTABLISHED_4X}"),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
+    ),
+    world_sizes=WorldSizes(2),
+    world_sizes_why=(
+        "rank 0 reads the checkpoint and every other rank gets placeholders: with one rank there is no other "
+        "rank (tf4 and tf-5.5 at world size 1: NOT_REPRODUCED)"
     ),
     description=__doc__ or "",
     variants=(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
 from repros.trainer.scenario import Scenario
 
 # Established by running (2026-11-26, torch 2.13.0+cpu, transformers 5.23.0, peft 0.21.2, 2 ranks, gloo).
@@ -69,6 +69,11 @@ SPEC = ReproSpec(
         Expectation("bug", Outcome.REPRODUCED, {"accelerate": ">=1.7.0,<1.15.0"}, established_by=_ESTABLISHED),
         Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
+    ),
+    world_sizes=WorldSizes(2),
+    world_sizes_why=(
+        "only rank 0's shard of the adapter is saved: with one rank its shard is the whole adapter (acc-1.14 "
+        "at world size 1: NOT_REPRODUCED)"
     ),
     description=__doc__ or "",
 )

@@ -27,7 +27,7 @@ from typing import Any
 
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
 
 #: Forwards of the reference model after training (the third fails where the bug is).
 REFERENCE_FORWARDS = 4
@@ -84,6 +84,12 @@ SPEC = ReproSpec(
             {"zero3_allgather_sequential": False},
             claim="DeepSpeed#8486 (the option is off by default)",
         ),
+    ),
+    world_sizes=WorldSizes(2),
+    world_sizes_why=(
+        "with one rank ZeRO-3 has one partition and never all-gathers (DeepSpeed's `num_partitions == 1` "
+        "path, `_no_gather_coalesced`): no AllGatherHandle is waited twice (ds-0.19.2 at world size 1: "
+        "NOT_REPRODUCED)"
     ),
     description=__doc__ or "",
 )

@@ -18,19 +18,30 @@ bug:   tiny Qwen2 loaded 8-bit (``int8``) through ``BitsAndBytesConfig``, LoRA r
 fixed: the same scenario through the fixed trainer's guards (``peft-model-wrap``: a
        ``PeftModel``, whose ``.to`` is torch's own).
 
+On CUDA the ranks run the QLoRA form users run and the threads report: 4-bit (``nf4``), which
+bitsandbytes quantizes on a GPU and transformers refused to move before 4.45 (``F3.to-4bit-or-8bit``,
+then ``F3.to-4bit`` with bitsandbytes < 0.43.2). The expectations below were established on a CPU
+with the 8-bit form; the 4-bit form has none yet, so a GPU runner's bug outcome is a finding (as F19's
+is on torch releases no GPU has run).
+
 A cell whose bitsandbytes or transformers cannot quantize on this device at all gives
-``INFRA`` with the library's own reason (see repros/trainer/quantized.py).
+``INFRA`` with the library's own reason (see repros/trainer/quantized.py); a cell without
+bitsandbytes, INFRA saying so (repros/trainer/fixed_trainer.py: ``require_packages``).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
 from repros.trainer.scenario import Scenario
 
-#: The quantization the bug mode uses (decided by running; see the module docstring).
+#: The quantization the bug mode uses on a CPU (decided by running; see the module docstring).
 BUG_QUANTIZATION = "int8"
+#: ... and where the ranks have CUDA: QLoRA's own 4-bit form.
+CUDA_QUANTIZATION = "nf4"
 
 # Established by running both modes per cell (2026-11-23, torch 2.13.0+cpu, 2 ranks, gloo,
 # peft 0.21.2, accelerate 1.15.0; deepspeed 0.19.8 unless named):
@@ -110,13 +121,16 @@ SPEC = ReproSpec(
         Expectation(
             "bug", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
         ),
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED, device="cpu"
+        ),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
             {"transformers": ">=5.0.0.dev0", "bitsandbytes": "<0.48"},
             established_by=_ESTABLISHED,
             note="transformers 5's wording: F3.to-8bit-needs-bnb-0.48",
+            device="cpu",
         ),
         Expectation(
             "bug",
@@ -124,6 +138,7 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0.0.dev0", "bitsandbytes": ">=0.48"},
             established_by=_ESTABLISHED,
             note="transformers 5 lets an 8-bit model move with to() given bitsandbytes >= 0.48",
+            device="cpu",
         ),
         Expectation(
             "fixed", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
@@ -150,12 +165,19 @@ SPEC = ReproSpec(
 )
 
 
+def scenario_on(device_type: str) -> Scenario:
+    """The documented configuration on this device: 8-bit on a CPU, QLoRA's 4-bit where there is CUDA."""
+    return replace(SCENARIO, quantization=CUDA_QUANTIZATION) if device_type == "cuda" else SCENARIO
+
+
 def run(ctx: RankContext) -> None:
     from repros.trainer.fixed_trainer import train
     from repros.trainer.quantized import last_load_facts
     from repros.trainer.variants import scenario_for
 
-    scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
+    documented = scenario_on(ctx.device_type)
+    scenario, guards = scenario_for(ctx, SPEC, documented)
+    ctx.facts["f3_quantization"] = documented.quantization
     try:
         train(scenario, ctx, guards)
     finally:

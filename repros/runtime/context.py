@@ -80,6 +80,8 @@ class Meters:
         #: When the first step began (``time.time()``): with the launch's time, how long the item took
         #: to start training.
         self.training_began_at: float | None = None
+        #: When the last step ended (``time.time()``).
+        self.training_ended_at: float | None = None
 
     @classmethod
     def for_device(cls, device: Any) -> Meters:
@@ -102,6 +104,7 @@ class Meters:
     def end_step(self) -> None:
         for meter in self.meters:
             meter.end_step()
+        self.training_ended_at = time.time()
 
     def results(self) -> dict[str, Any]:
         """What the rank records under ``measures``: each meter's result by its measure's name."""

@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             # The repro's facts stay under their own key: a fact never overwrites the record's fields.
             record.update(measures=ctx.meters.results(), warmup_steps=ctx.warmup_steps, facts=ctx.facts)
             record["training_began_at"] = ctx.meters.training_began_at
+            record["training_ended_at"] = ctx.meters.training_ended_at
         # What this rank imported (or would import, by its own sys.path): the record's versions.
         record["versions_imported"] = imported_versions()
         record["wall_s"] = time.perf_counter() - started

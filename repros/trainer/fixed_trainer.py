@@ -12,12 +12,14 @@ run counts as trained is judged by the orchestrator from those facts, not here.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from repros.runtime.context import RankContext
 from repros.runtime.model_size import current_size
+from repros.runtime.record import ScenarioUnavailable
 from repros.trainer import adapter_io
 from repros.trainer.guards import Guard, apply_guards
 from repros.trainer.hf_trainer import train_hf
@@ -243,12 +245,25 @@ _ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
 }
 
 
+def require_packages(scenario: Scenario) -> None:
+    """A package the scenario imports that the cell does not have at all: the cell cannot run it
+    (``ScenarioUnavailable``, INFRA), said before anything reaches a library's own ImportError."""
+    for package, why in scenario.packages().items():
+        try:
+            found = importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ScenarioUnavailable(f"{package} is not installed in this cell (the scenario needs it for {why})")
+
+
 def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
     """Train ``scenario`` (with ``guards`` applied) for ``ctx.steps`` steps; facts go to ``ctx.facts``.
     Where the scenario loads its model from a checkpoint (``zero_init``, the HF loop) or saves the
     adapter after training, the item gets a scratch directory with the base checkpoint in it."""
     size = current_size()
     effective = apply_guards(scenario, guards)
+    require_packages(effective)
     effective = replace(
         effective, batch_size=effective.batch_size or size.batch_size, seq_len=effective.seq_len or size.seq_len
     )

@@ -194,6 +194,24 @@ class Scenario:
         if unknown_keys:
             raise ValueError(f"unknown ds_config_omits {unknown_keys}; known: {DS_CONFIG_AUTO_KEYS}")
 
+    def packages(self) -> dict[str, str]:
+        """The packages this scenario imports, beyond torch, each with what needs it: a cell without
+        one cannot run the scenario (INFRA, ``repros/trainer/fixed_trainer.py``)."""
+        needed = {"transformers": "the model"}
+        if self.lora_impl == "peft":
+            needed["peft"] = "the adapter"
+        if self.engine == "deepspeed":
+            needed["deepspeed"] = f"ZeRO-{self.zero_stage}"
+        if self.quantization:
+            needed["bitsandbytes"] = f"{self.quantization} quantization (QLoRA)"
+        if self.trainer_loop == "hf":
+            needed["accelerate"] = "transformers' Trainer"
+        elif self.fsdp2_accelerate_prepare:
+            needed["accelerate"] = "accelerate's FSDP2 preparation"
+        elif self.fsdp_cpu_ram_efficient_loading:
+            needed["accelerate"] = "accelerate's FSDP loading"
+        return needed
+
     def model_family(self) -> Family:
         """The family this scenario trains: its own ``family``, else the item's."""
         return FAMILIES[self.family] if self.family is not None else current_family()

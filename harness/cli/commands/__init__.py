@@ -10,6 +10,7 @@ from harness.cli.commands.bench import BenchCommand
 from harness.cli.commands.bisect import BisectCommand
 from harness.cli.commands.cache import CacheCommand
 from harness.cli.commands.catalog import CatalogCommand
+from harness.cli.commands.check import CheckCommand
 from harness.cli.commands.compare import CompareCommand
 from harness.cli.commands.costs import CostsCommand
 from harness.cli.commands.explain import ExplainCommand
@@ -24,6 +25,7 @@ from harness.cli.commands.watch import WatchCommand
 COMMANDS: tuple[type[Command], ...] = (
     InitCommand,
     RunCommand,
+    CheckCommand,
     MergeCommand,
     BisectCommand,
     WatchCommand,

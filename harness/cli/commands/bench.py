@@ -23,11 +23,17 @@ class BenchCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         options.add_cli_options(parser, ("matrix", "lane", "cells", "repros", "modes"))
         parser.add_argument("--rounds", type=int, default=2, help="rounds of bare torchrun then harness (default 2)")
-        options.add_cli_options(parser, ("out", "cache_dir", "model"))
+        options.add_cli_options(parser, ("out", "cache_dir", "model", "world_size"))
         parser.add_argument(
             "--no-cold", action="store_true", help="skip the cold environment build and the JIT timings"
         )
         parser.add_argument("--no-jobs", action="store_true", help="skip the --jobs 0 harness run")
+        parser.add_argument(
+            "--no-bare",
+            action="store_true",
+            help="time only the harness rounds (no bare torchrun), and print items per minute and the time from "
+            "launch to the first step per device",
+        )
         parser.add_argument(
             "--executors",
             action="store_true",
@@ -41,7 +47,12 @@ class BenchCommand(Command):
         opts = options.selection(vars(args))
         out = args.out or Path("reports") / f"bench-{new_run_id()}"
         bench = BenchOptions(
-            run=opts, rounds=args.rounds, out=out.resolve(), cold=not args.no_cold, jobs_probe=not args.no_jobs
+            run=opts,
+            rounds=args.rounds,
+            out=out.resolve(),
+            cold=not args.no_cold,
+            jobs_probe=not args.no_jobs,
+            bare=not args.no_bare,
         )
         status = run_bench(bench, console)
         if args.executors:

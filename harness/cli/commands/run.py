@@ -33,6 +33,7 @@ SELECTION_FLAGS = (
     ("--cache-dir", "cache_dir"),
     ("--reports-dir", "reports_dir"),
     ("--model", "model"),
+    ("--world-size", "world_size"),
     ("--family", "family"),
     ("--explore", "explore"),
     ("--as-of", "as_of"),
@@ -73,7 +74,9 @@ class RunCommand(Command):
             metavar="PKG==VER",
             help="pin a package over the selected cells' own spec (repeatable)",
         )
-        options.add_cli_options(parser, ("launcher", "jobs", "reruns", "repeat", "model", "family", "as_of"))
+        options.add_cli_options(
+            parser, ("launcher", "jobs", "reruns", "repeat", "model", "world_size", "family", "as_of")
+        )
         options.add_cli_options(parser, ("executor", "ray_address", "slurm_folder", "slurm_param"))
         parser.add_argument(
             "--shard",
@@ -141,6 +144,7 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
         "repros_dir": [Path(d) for d in stored.repros_dirs],
         "cache_dir": Path(stored.cache_dir) if stored.cache_dir else None,
         "model": stored.model,
+        "world_size": stored.world_size,
         "family": ",".join(stored.families) or None,
         "as_of": stored.as_of,
         "launcher": args.launcher or stored.launcher,

@@ -58,6 +58,14 @@ class LaunchResult:
             return None
         return max(0.0, max(b for b in began if b is not None) - self.launched_at)
 
+    @property
+    def training_s(self) -> float | None:
+        """Seconds from the first rank's first step to the last rank's last step, where every rank trained."""
+        spans = [(r.training_began_at, r.training_ended_at) for r in self.records.values() if r is not None]
+        if not spans or len(spans) != self.world_size or any(a is None or b is None for a, b in spans):
+            return None
+        return max(0.0, max(b for _, b in spans if b is not None) - min(a for a, _ in spans if a is not None))
+
 
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
     try:
