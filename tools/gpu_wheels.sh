@@ -9,23 +9,23 @@
 # What the image lacks (2026-11-27): the orchestrator's jsonschema, pydantic, junitparser and covertable
 # (with their own dependencies), and the stack's peft, bitsandbytes and deepspeed. DeepSpeed is an sdist
 # that imports torch in its setup: its pure-Python wheel is built here, without ops, in a throwaway venv
-# holding torch (pip's find-links has a CPU build). Everything is --no-deps: the image has the rest.
+# holding torch (pip's find-links has a CPU build). The orchestrator's packages come with their own
+# dependencies, resolved together (pydantic pins its pydantic-core); the stack's with none (the image has
+# torch, transformers and the rest they need).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY_VERSION=${GPU_PYTHON_VERSION:-3.12}
 OUT=${WHEELS:-.whl}
 DEEPSPEEDS=${GPU_DEEPSPEEDS:-0.19.2 0.19.8}
-# The image's releases of these may differ; these are the ones the harness is tested with.
-BINARY=(
-    "jsonschema" "jsonschema-specifications" "referencing" "rpds-py" "attrs"
-    "pydantic" "pydantic-core" "annotated-types" "typing-inspection"
-    "junitparser" "covertable" "hjson" "msgpack" "py-cpuinfo"
-    "peft==0.21.2" "bitsandbytes==0.50.2"
-)
+ORCHESTRATOR=("jsonschema" "pydantic" "junitparser" "covertable")
+STACK=("peft==0.21.2" "bitsandbytes==0.50.2" "hjson" "msgpack" "py-cpuinfo" "einops")
+PLATFORMS=(--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64
+    --platform manylinux_2_28_x86_64 --platform any)
 mkdir -p "$OUT"
-python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 \
-    --platform manylinux_2_28_x86_64 --platform any --dest "$OUT" "${BINARY[@]}"
+python3 -m pip download --quiet --only-binary=:all: --python-version "$PY_VERSION" "${PLATFORMS[@]}" \
+    --dest "$OUT" "${ORCHESTRATOR[@]}"
+python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" "${PLATFORMS[@]}" \
+    --dest "$OUT" "${STACK[@]}"
 build=${BUILD_VENV:-$OUT/.build-venv}
 if [ ! -x "$build/bin/python" ]; then
     python3 -m venv "$build"

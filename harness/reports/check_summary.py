@@ -159,3 +159,20 @@ def _id_order(repro: str) -> tuple[str, int, str]:
 
 def stack_has_a_failure(verdicts: Sequence[FailureVerdict]) -> bool:
     return any(v.verdict == HAS for v in verdicts)
+
+
+def conclusion(verdicts: Sequence[FailureVerdict]) -> str:
+    """The last line: which documented failures the stack has, of how many could run here."""
+    counts = {kind: [v.repro for v in verdicts if v.verdict == kind] for kind in (HAS, HAS_NOT, CANNOT_RUN, UNCLEAR)}
+    ran = len(counts[HAS]) + len(counts[HAS_NOT]) + len(counts[UNCLEAR])
+    said = (
+        f"this stack has {', '.join(counts[HAS])}"
+        if counts[HAS]
+        else f"this stack has none of the {ran} documented failures that could run here"
+    )
+    rest = [f"{len(counts[HAS_NOT])} it does not have"] if counts[HAS] else []
+    if counts[UNCLEAR]:
+        rest.append(f"{len(counts[UNCLEAR])} unclear ({', '.join(counts[UNCLEAR])})")
+    if counts[CANNOT_RUN]:
+        rest.append(f"{len(counts[CANNOT_RUN])} could not run here")
+    return said + (f"; {'; '.join(rest)}" if rest else "")

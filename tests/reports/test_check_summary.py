@@ -8,7 +8,15 @@ from typing import Any
 
 from harness.records.item import ItemRecord
 from harness.records.run_meta import ExcludedItem
-from harness.reports.check_summary import CANNOT_RUN, HAS, HAS_NOT, UNCLEAR, check_verdicts, stack_has_a_failure
+from harness.reports.check_summary import (
+    CANNOT_RUN,
+    HAS,
+    HAS_NOT,
+    UNCLEAR,
+    check_verdicts,
+    conclusion,
+    stack_has_a_failure,
+)
 from repros.catalog.f13_zero3_modules_to_save_ds_grads_remaining import SPEC as F13
 from tests.support.report_fixture import _record, _step
 
@@ -76,3 +84,13 @@ def test_a_contradiction_of_the_catalog_and_a_failure_that_came_first_are_named(
     assert verdicts["F9"].verdict == UNCLEAR and "F13.ds-grads-remaining" in verdicts["F9"].why
     assert verdicts["F5"].contradicts == "the catalog expects REPRODUCED for these versions"
     assert verdicts["F5"].line().startswith("F5   does not have it")
+
+
+def test_the_last_line_counts_what_could_run() -> None:
+    infra = {"reasons": ["rank 0: deepspeed does not import in this cell: ..."], "matched": False}
+    records = [_rec("F1", "bug", "INFRA", **infra), _rec("F2", "bug", "NOT_REPRODUCED")]
+    assert conclusion(check_verdicts(records, [])) == (
+        "this stack has none of the 1 documented failures that could run here; 1 could not run here"
+    )
+    records.append(_rec("F8", "bug", "REPRODUCED", signature="F8.uniform-requires-grad"))
+    assert conclusion(check_verdicts(records, [])) == "this stack has F8; 1 it does not have; 1 could not run here"
