@@ -26,7 +26,8 @@ python3 -m pip download --quiet --only-binary=:all: --python-version "$PY_VERSIO
     --dest "$OUT" "${ORCHESTRATOR[@]}"
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" "${PLATFORMS[@]}" \
     --dest "$OUT" "${STACK[@]}"
-build=${BUILD_VENV:-$OUT/.build-venv}
+# The build venv lies outside .whl/: only the wheels travel (64 MiB with the tree, at most).
+build=${BUILD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ft-regress/gpu-wheels-build}
 if [ ! -x "$build/bin/python" ]; then
     python3 -m venv "$build"
     "$build/bin/pip" install --quiet torch==2.13.0 setuptools wheel
