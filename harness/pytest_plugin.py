@@ -67,7 +67,7 @@ from repros.runtime.measures import measures
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
 #: The shared options (harness/cli/options.py) the plugin takes; any of the first four asks for repro items.
-PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher", "model")
+PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher", "model", "world_size")
 SELECTING_OPTIONS = ("matrix", "lane", "cells", "repros")
 #: Lines of each rank's log shown in a failure.
 TAIL_LINES = 25

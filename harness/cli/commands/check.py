@@ -11,6 +11,7 @@ when it has none, 2 on a usage error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,13 +63,10 @@ def check_options(values: Mapping[str, object], out: Path | None, world_size: in
     opts = options.selection(
         {**values, "matrix": CHECK_MATRIX, "cells": [CHECK_CELL], "world_size": world_size}, out_dir=out
     )
-    if not opts.repros:
-        built_in = tuple(r for r, repro in sorted(opts.discovery.repros.items()) if repro.module.startswith("repros."))
-        opts = options.selection(
-            {**values, "matrix": CHECK_MATRIX, "cells": [CHECK_CELL], "world_size": world_size, "repros": built_in},
-            out_dir=out,
-        )
-    return opts
+    if opts.repros:
+        return opts
+    built_in = tuple(r for r, repro in sorted(opts.discovery.repros.items()) if repro.module.startswith("repros."))
+    return dataclasses.replace(opts, repros=built_in)
 
 
 class CheckCommand(Command):
