@@ -170,7 +170,7 @@ def conclusion(verdicts: Sequence[FailureVerdict]) -> str:
         if counts[HAS]
         else f"this stack has none of the {ran} documented failures that could run here"
     )
-    rest = [f"{len(counts[HAS_NOT])} it does not have"] if counts[HAS] else []
+    rest = [f"{len(counts[HAS_NOT])} it does not have"] if counts[HAS] and counts[HAS_NOT] else []
     if counts[UNCLEAR]:
         rest.append(f"{len(counts[UNCLEAR])} unclear ({', '.join(counts[UNCLEAR])})")
     if counts[CANNOT_RUN]:

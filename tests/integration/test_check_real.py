@@ -69,6 +69,7 @@ def test_check_names_what_the_stack_has_and_what_cannot_run_here(stack_python: P
     assert done.returncode == 1, said[-4000:]
     lines = {line[:4].strip(): line for line in said.splitlines() if line[:1] == "F" and line[1:2].isdigit()}
     assert lines["F1"].startswith("F1   has it: REPRODUCED F1.recompute-shape-0"), said[-4000:]
+    assert "this stack has F1; 3 could not run here" in said
     for repro in ("F3", "F14"):
         assert (
             f"{repro}" in lines

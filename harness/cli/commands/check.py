@@ -28,7 +28,7 @@ from harness.pipeline.session import RunSession
 from harness.planning.items import RunOptions, plan_items
 from harness.records.item import ItemRecord
 from harness.records.run_meta import RunMeta
-from harness.reports.check_summary import check_verdicts, stack_has_a_failure
+from harness.reports.check_summary import check_verdicts, conclusion, stack_has_a_failure
 from harness.reports.terminal import print_summary
 
 #: The matrix of ``check``: one passthrough cell, ``here``.
@@ -100,11 +100,7 @@ class CheckCommand(Command):
             for verdict in verdicts:
                 console.print(plain(verdict.line()), highlight=False, markup=False)
             found["has"] = stack_has_a_failure(verdicts)
-            had = [v.repro for v in verdicts if v.verdict == "has it"]
-            said = (
-                f"this stack has {', '.join(had)}" if had else "this stack has none of the documented failures it ran"
-            )
-            console.print(plain(said), highlight=False, markup=False)
+            console.print(plain(conclusion(verdicts)), highlight=False, markup=False)
 
         status = RunSession(opts, console, argv, None, plan=plan, kind="check", on_finished=ended).execute()
         if status not in (0, 1):
