@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -114,8 +115,12 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": "==0.19.2"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"deepspeed": "!=0.19.2"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"deepspeed": "==0.19.2"}, established_by=_ESTABLISHED, under=(CURRENT,)
+        ),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": "!=0.19.2"}, established_by=_ESTABLISHED, under=(CURRENT,)
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -133,6 +138,12 @@ SPEC = ReproSpec(
             {"zero_init": False},
             claim="what users without zero.Init do; DeepSpeed 0.19.2 still casts such a model to bf16",
         ),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "ZeRO-3 (deepspeed) gathers the persistent parameters of a model transformers loaded under zero.Init, peft's "
+        "float32 adapters among them, through torch's collectives; the fixed trainer drives the engine itself, so "
+        "accelerate takes no part, and nothing is quantized"
     ),
     description=__doc__ or "",
 )

@@ -24,6 +24,7 @@ A cell whose bitsandbytes or transformers cannot quantize on this device at all 
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -108,15 +109,28 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+            "bug",
+            Outcome.INFRA,
+            {"bitsandbytes": "<0.46"},
+            established_by=_ESTABLISHED,
+            note=_CPU_NOTE,
+            device="cpu",
+            under=(TF4,),
         ),
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.0.0.dev0"},
+            established_by=_ESTABLISHED,
+            under=(TF4, TF4_DS_0_18, stack(transformers="4.57.6", bitsandbytes="0.46.1")),
+        ),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
             {"transformers": ">=5.0.0.dev0", "bitsandbytes": "<0.48"},
             established_by=_ESTABLISHED,
             note="transformers 5's wording: F3.to-8bit-needs-bnb-0.48",
+            under=(CURRENT,),
         ),
         Expectation(
             "bug",
@@ -124,6 +138,7 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0.0.dev0", "bitsandbytes": ">=0.48"},
             established_by=_ESTABLISHED,
             note="transformers 5 lets an 8-bit model move with to() given bitsandbytes >= 0.48",
+            under=(CURRENT, DS_0_19_2),
         ),
         Expectation(
             "fixed", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
@@ -137,6 +152,12 @@ SPEC = ReproSpec(
             device="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "bitsandbytes"),
+    depends_on_why=(
+        "DeepSpeed's engine moves the bitsandbytes-quantized transformers model with to(), which transformers "
+        "refuses; peft adds the adapter, torch runs it; the fixed trainer drives the engine itself, so accelerate "
+        "takes no part"
     ),
     description=__doc__ or "",
     variants=(
