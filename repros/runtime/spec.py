@@ -64,6 +64,9 @@ class Signature:
     #: Read from data (a user's repro, described in a child process): its checks are code that
     #: only the rank that raised ran, so the rank's recorded verdict stands in for them.
     verdict_from_rank: bool = False
+    #: What to write instead, read from the message (a configuration error: the names a model has): ``explain``
+    #: says it beside the match. None: the workaround is the fixed trainer's guard.
+    advice: Callable[[str], str | None] | None = None
 
     @property
     def declarative(self) -> bool:

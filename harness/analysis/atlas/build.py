@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
-from harness.analysis.atlas.derive import catalog_boundaries, drawn_boundaries, mark_contradictions
+from harness.analysis.atlas.derive import catalog_boundaries, drawn_boundaries, mark_contradictions, merged
 from harness.analysis.atlas.evidence import Sources, read_sources
 from harness.analysis.atlas.expectations import catalog_claims
 from harness.analysis.atlas.html import write_page
@@ -34,7 +34,7 @@ def failure_entry(repro: Repro, sources: Sources, costs: Sequence[CostEntry]) ->
         depends_on=list(depends),
         depends_on_why=spec.depends_on_why or "not declared: every tracked package may matter",
         impossible_in=dict(spec.impossible_in),
-        boundaries=[*catalog_boundaries(claims, depends), *drawn_boundaries(drawn, claims)],
+        boundaries=merged([*catalog_boundaries(claims, depends), *drawn_boundaries(drawn, claims)]),
         claims=claims,
         guards=guard_lines(spec.id, None),
         costs=cost_lines(spec, mine) if mine else [],

@@ -125,14 +125,14 @@ def _edges(spec: str) -> list[_Edge]:
     return edges
 
 
-def _good_range(claims: Sequence[Claim], package: str, version: str | None) -> str | None:
-    """The range of a claim that the failure is not there which holds ``version`` of ``package``."""
+def _good_claim(claims: Sequence[Claim], package: str, version: str | None) -> Claim | None:
+    """The range claim that the failure is not there which holds ``version`` of ``package``."""
     if version is None:
         return None
     for claim in claims:
         if verdict_of(claim.outcome) == GOOD and package in claim.when and not is_point(claim):
             if SpecifierSet(claim.when[package], prereleases=True).contains(version):
-                return claim.when[package]
+                return claim
     return None
 
 
@@ -162,21 +162,23 @@ def _claim_boundaries(
     held = {p: v for p, v in stack.items() if p in depends_on and p not in claim.when}
     evidence = [e for e in claim.evidence if all(e.versions.get(p) == v for p, v in held.items())]
     support = _supporting(points, claim, stack, depends_on)
-    proven = "contradicted" if claim.contradicted else "proven"
-    open_upstream = "contradicted" if claim.contradicted else "open upstream"
+    proven, open_upstream = "proven", "open upstream"
 
-    def boundary(package: str, kind: str, status: str, **ends: str | None) -> Boundary:
+    def boundary(package: str, kind: str, status: str, good: Claim | None = None, **ends: str | None) -> Boundary:
+        """One boundary; contradicted where its bad side or its good side (``good``) was."""
         others = {p: s for p, s in claim.when.items() if p != package}
         under = {**others, **{p: v for p, v in held.items() if p != package}, **_scope(claim, support)}
+        against = [*claim.contradicted_by, *(good.contradicted_by if good is not None else [])]
         return Boundary.model_validate(
             {
                 "package": package,
                 "kind": kind,
                 "under": under,
-                "status": status,
+                "status": "contradicted" if against else status,
                 "source": "catalog",
                 "evidence": [*evidence, *support],
-                "contradicted_by": claim.contradicted_by,
+                "contradicted_by": [e for i, e in enumerate(against) if e not in against[:i]],
+                "good": good.when[package] if good is not None else None,
                 **ends,
             }
         )
@@ -203,25 +205,39 @@ def _claim_boundaries(
                 else:
                     below = _before(bad_seen, edge.version)
                     last_bad, first_good = (below[-1] if below else None), edge.version
-                good = _good_range(ranges, package, first_good)
+                good = _good_claim(ranges, package, first_good)
                 found.append(
-                    boundary(package, "fixed", proven, last_bad=last_bad, first_good=first_good, bad=spec, good=good)
+                    boundary(package, "fixed", proven, good, last_bad=last_bad, first_good=first_good, bad=spec)
                 )
             else:
                 earlier = _before(good_seen, edge.version)
                 last_good = earlier[-1] if earlier else None
                 first_bad = edge.version if edge.inclusive else None
-                good = _good_range(ranges, package, last_good)
+                good = _good_claim(ranges, package, last_good)
                 found.append(
-                    boundary(
-                        package, "introduced", proven, last_good=last_good, first_bad=first_bad, bad=spec, good=good
-                    )
+                    boundary(package, "introduced", proven, good, last_good=last_good, first_bad=first_bad, bad=spec)
                 )
         if not any(e.kind == "fixed" for e in edges):
             found.append(
                 boundary(package, "open", open_upstream, last_bad=bad_seen[-1] if bad_seen else None, bad=spec)
             )
     return found
+
+
+def merged(boundaries: Sequence[Boundary]) -> list[Boundary]:
+    """Boundaries that say the same (a failure decided by one package, drawn under two stacks that differ only in
+    packages it does not depend on) once, with the evidence of each."""
+    found: dict[str, Boundary] = {}
+    for boundary in boundaries:
+        key = boundary.model_dump_json(exclude={"evidence", "contradicted_by"})
+        if key not in found:
+            found[key] = boundary
+            continue
+        kept = found[key]
+        evidence = [*kept.evidence, *(e for e in boundary.evidence if e not in kept.evidence)]
+        against = [*kept.contradicted_by, *(e for e in boundary.contradicted_by if e not in kept.contradicted_by)]
+        found[key] = kept.model_copy(update={"evidence": evidence, "contradicted_by": against})
+    return list(found.values())
 
 
 def drawn_boundaries(drawn: Sequence[Drawn], claims: Sequence[Claim]) -> list[Boundary]:

@@ -12,7 +12,17 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 from packaging.version import InvalidVersion, Version
 
-from harness.analysis.atlas.model import BAD, GOOD, HTML_FILE, OTHER, AtlasFile, Boundary, Claim, FailureEntry
+from harness.analysis.atlas.model import (
+    BAD,
+    GOOD,
+    HTML_FILE,
+    OTHER,
+    UNOBSERVED,
+    AtlasFile,
+    Boundary,
+    Claim,
+    FailureEntry,
+)
 from harness.analysis.atlas.regions import contains, point_where, verdict_of
 from harness.core.names import natural_key
 from harness.reports.plots import STYLE, figure, svg_text
@@ -20,7 +30,9 @@ from repros.runtime.spec import TRACKED_PACKAGES
 
 #: The most releases of one package a figure draws (the nearest to the boundaries when there are more).
 MAX_RELEASES = 40
-_COLOURS = {BAD: "#d9534f", GOOD: "#5cb85c", OTHER: "#f0ad4e"}
+#: Where ranges of the failure say both, another package decides (the table says which).
+MIXED = "mixed"
+_COLOURS = {BAD: "#d9534f", GOOD: "#5cb85c", OTHER: "#f0ad4e", MIXED: "#b8b8b8", UNOBSERVED: "#e6e6f0"}
 
 
 def _key(version: str) -> Version:
@@ -45,33 +57,53 @@ def _packages(atlas: AtlasFile) -> list[str]:
 
 def _releases(entries: Sequence[FailureEntry], package: str) -> list[str]:
     """The releases of ``package`` the boundaries and the runs name, oldest first."""
-    found: set[str] = set()
+    edges: set[str] = set()
+    observed: set[str] = set()
     for entry in entries:
         for b in entry.boundaries:
             if b.package == package:
-                found |= {v for v in (b.last_bad, b.first_good, b.last_good, b.first_bad) if v}
+                edges |= {v for v in (b.last_bad, b.first_good, b.last_good, b.first_bad) if v}
         for claim in entry.claims:
             if claim.source == "run":
                 version = point_where(claim).versions.get(package)
                 if version:
-                    found.add(version)
-    ordered = sorted(found, key=_key)
+                    observed.add(version)
+    # A range's edge written as a pre-release (``<5.0.0.dev0``) is not a release anyone installs; one release
+    # written two ways (``5.23``, ``5.23.0``) is one column.
+    by_release: dict[Version, str] = {}
+    for version in sorted(observed) + sorted(edges):
+        key = _key(version)
+        if key.is_prerelease and version not in observed:
+            continue
+        by_release.setdefault(key, version)
+    ordered = [by_release[k] for k in sorted(by_release)]
     if len(ordered) > MAX_RELEASES:
         ordered = ordered[-MAX_RELEASES:]
     return ordered
 
 
 def _state(claims: Sequence[Claim], package: str, version: str) -> tuple[str | None, bool]:
-    """What the ranges (not the points) say at ``version`` of ``package``, and whether one is contradicted."""
+    """What the ranges (not the points) say at ``version`` of ``package`` (along the package, or where the stacks
+    a claim was proven under hold it), and whether one is contradicted."""
     verdicts = set()
     contradicted = False
     for claim in claims:
-        if claim.source == "run" or package not in claim.when or not contains(claim.when[package], version):
+        if claim.source == "run":
+            continue
+        if package in claim.when:
+            holds = contains(claim.when[package], version)
+        else:  # held by the stacks it was proven under
+            holds = any(package in stack and contains(stack[package], version) for stack in claim.under)
+        if not holds:
             continue
         verdicts.add(verdict_of(claim.outcome))
         contradicted |= claim.contradicted
+    if len(verdicts) > 1:
+        verdicts.discard(UNOBSERVED)  # what observed nothing says nothing beside what observed something
     if not verdicts:
         return None, contradicted
+    if verdicts == {BAD, GOOD}:
+        return MIXED, contradicted
     if len(verdicts) > 1:
         return OTHER, contradicted
     return verdicts.pop(), contradicted
@@ -117,6 +149,8 @@ def package_figure(atlas: AtlasFile, package: str) -> Markup | None:
                 Patch(color=_COLOURS[BAD], label="failure there (range)"),
                 Patch(color=_COLOURS[GOOD], label="not there (range)"),
                 Patch(color=_COLOURS[OTHER], label="another outcome"),
+                Patch(color=_COLOURS[MIXED], label="another package decides"),
+                Patch(color=_COLOURS[UNOBSERVED], label="cannot run here (INFRA)"),
                 Patch(facecolor="white", edgecolor="black", hatch="///", label="contradicted by a run"),
             ],
             loc="upper left",
