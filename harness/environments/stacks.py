@@ -167,7 +167,8 @@ def pins_from_freeze(text: str, where: str = "", strict: bool = False) -> dict[s
 
 def _toml_packages(path: Path, data: dict[str, object]) -> dict[str, str]:
     """A uv lock's ``[[package]]`` or a PEP 751 lock's ``[[packages]]``: name -> version."""
-    key = "package" if "package" in data else "packages"
+    # uv.lock: [[package]]; pylock.toml (PEP 751): [[packages]].
+    key = "packages" if "packages" in data or ("package" not in data and path.suffix == ".toml") else "package"
     entries = data.get(key)
     if not isinstance(entries, list):
         raise UserError(
