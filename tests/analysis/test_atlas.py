@@ -178,7 +178,8 @@ def bisect_dir(directory: Path) -> Path:
         "good": "0.19.3", "bad": "0.19.2", "points": ["0.19.2", "0.19.3"], "kind": "fix", "status": "found",
         "boundary": "0.19.3", "candidates": ["0.19.3"], "skipped": [], "failed_differently": [],
         "steps": [
-            {**step, "n": 1, "point": "0.19.2", "outcome": "REPRODUCED", "signature": "F1.recompute-shape-0", "state": "bad"},
+            {**step, "n": 1, "point": "0.19.2", "outcome": "REPRODUCED", "signature": "F1.recompute-shape-0",
+             "state": "bad"},
             {**step, "n": 2, "point": "0.19.3", "outcome": "NOT_REPRODUCED", "signature": None, "state": "good"},
         ],
         "environments_built": 0, "wall_s": 2.0, "final": "first good: deepspeed==0.19.3",
@@ -204,7 +205,12 @@ def test_a_bisect_proves_its_boundary_with_its_command(tmp_path: Path) -> None:
 def watch_night(directory: Path) -> Path:
     """A watch night whose F1 regressed with deepspeed 0.20.0 (watch named it), as ``watch`` writes it."""
     after = _record(
-        "latest", "F1", "bug", "REPRODUCED", signature="F1.recompute-shape-0", versions={**VERSIONS_NEW, "deepspeed": "0.20.0"}
+        "latest",
+        "F1",
+        "bug",
+        "REPRODUCED",
+        signature="F1.recompute-shape-0",
+        versions={**VERSIONS_NEW, "deepspeed": "0.20.0"},
     )
     write_run(directory, "night-2", "2026-11-28T02:17:00+00:00", [after])
     change = Change(

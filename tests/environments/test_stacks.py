@@ -68,11 +68,14 @@ def test_a_uv_lock_and_a_pylock_are_the_stacks_they_install(tmp_path: Path) -> N
     assert dict(read_requirements(pylock).versions) == {"deepspeed": "0.15.3"}
 
 
+TWICE = '[[package]]\nname = "torch"\nversion = "2.5.1"\n[[package]]\nname = "torch"\nversion = "2.6.0"\n'
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [
         ('[[package]]\nname = "torch"\n', "package[0] (torch): has no version"),
-        ('[[package]]\nname = "torch"\nversion = "2.5.1"\n[[package]]\nname = "torch"\nversion = "2.6.0"\n', "locks torch at 2.5.1 and 2.6.0"),
+        (TWICE, "locks torch at 2.5.1 and 2.6.0"),
         ("version = 1\n", "package: is missing"),
         ("[[package\n", "is not TOML"),
     ],

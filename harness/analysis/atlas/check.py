@@ -42,6 +42,9 @@ class Answer:
     failure: str
     verdict: str
     why: str
+    #: Whether running it could settle it (an unknown nothing was observed about, or was contradicted); not
+    #: where something else was proven there already.
+    provable: bool = False
 
     def line(self) -> str:
         return f"{self.failure} {self.verdict}: {self.why}"
@@ -52,6 +55,8 @@ class Decision:
     verdict: str
     claims: tuple[Claim, ...]
     why: str
+    #: For an unknown: whether a run of the stack could settle it.
+    provable: bool = True
 
 
 def where_of(stack: Stack, device: str | None, world_size: int | None, family: str | None) -> Where:
@@ -129,7 +134,7 @@ def decide(claims: Sequence[Claim], where: Where, depends_on: Sequence[str]) -> 
     if trusted:
         seen = [c for c in trusted if verdict_of(c.outcome) == OTHER] or trusted
         said = "; ".join(_claim_text(c, where, depends_on) + (f" ({c.note})" if c.note else "") for c in seen)
-        return Decision(UNKNOWN, tuple(seen), f"another outcome was proven here: {said}")
+        return Decision(UNKNOWN, tuple(seen), f"another outcome was proven here: {said}", provable=False)
     if applicable:
         against = applicable[0].contradicted_by[0]
         return Decision(
@@ -195,10 +200,13 @@ def answer(spec: ReproSpec, entry: FailureEntry, where: Where, prove: str, costs
     if decision.verdict == NOT_AFFECTED:
         said = "; ".join(_claim_text(c, where, depends) for c in decision.claims[:2])
         return Answer(spec.id, NOT_AFFECTED, f"{said}{suffix}")
+    if not decision.provable:
+        return Answer(spec.id, UNKNOWN, f"{decision.why}{suffix}")
     return Answer(
         spec.id,
         UNKNOWN,
         f"{decision.why}{suffix}; decided by {depends_text} | prove it: {prove} --repros {spec.id}",
+        provable=True,
     )
 
 

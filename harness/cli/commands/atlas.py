@@ -32,7 +32,7 @@ from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.names import unknown_repro_fix
 from harness.environments.stacks import Stack, parse_stack_text, read_requirements, stack_here
 from harness.execution.gpu_lease import visible_gpus
-from harness.pipeline.session import EXIT_INTERRUPTED, new_run_id
+from harness.pipeline.session import EXIT_INTERRUPTED
 from repros.runtime.families import FAMILIES
 
 ATLAS_DIR = "atlas"
@@ -91,7 +91,9 @@ class AtlasCommand(Command):
             metavar="RUN_DIR",
             help="also count the evidence of a run, bisect, watch night or atlas directory (repeatable)",
         )
-        check.add_argument("--device", choices=("cpu", "cuda"), help="the device the stack trains on (--here: its own)")
+        check.add_argument(
+            "--device", choices=("cpu", "cuda"), help="the device the stack trains on (--here, --prove: this machine's)"
+        )
         check.add_argument(
             "--world-size", type=options.whole_number("--world-size"), metavar="N", help="the ranks it trains with"
         )
@@ -138,12 +140,13 @@ def _check(args: argparse.Namespace, discovery: Discovery, console: Console, arg
     for repro in repros:
         if repro not in discovery.repros:
             raise UserError("--repros", repro, "unknown repro", unknown_repro_fix(repro, discovery.repros))
-    device = args.device or (("cuda" if visible_gpus() else "cpu") if args.here else None)
+    # --here and --prove answer for this machine's device: the stack runs here.
+    device = args.device or (("cuda" if visible_gpus() else "cpu") if args.here or args.prove else None)
     where = where_of(stack, device, args.world_size, args.family)
     atlas_dir: Path = args.atlas or args.reports_dir / ATLAS_DIR
     atlas = load_atlas(discovery, atlas_dir, args.sources)
     answers = check_stack(atlas, discovery, stack, where, repros, args.reports_dir)
-    unknown = [a.failure for a in answers if a.verdict == UNKNOWN]
+    unknown = [a.failure for a in answers if a.verdict == UNKNOWN and a.provable]
     if args.prove and unknown:
         options.check_output_dir("--atlas", atlas_dir)
         specs = [discovery.repros[r].spec for r in unknown]
@@ -154,13 +157,13 @@ def _check(args: argparse.Namespace, discovery: Discovery, console: Console, arg
             "repros": [",".join(unknown)],
             "modes": ["bug"],
             "repros_dir": args.repros_dir,
-            "reports_dir": args.reports_dir,
+            "reports_dir": atlas_dir / RUNS_DIR,
             "cache_dir": args.cache_dir,
             "cache_max_gb": args.cache_max_gb,
             "launcher": args.launcher,
             "jobs": args.jobs,
         }
-        run_opts = options.selection(values, out_dir=atlas_dir / RUNS_DIR / new_run_id())
+        run_opts = options.selection(values)
         err = Console(stderr=True, soft_wrap=True)
         err.print(f"proving {len(unknown)} unknown failures in the stack ({matrix})", highlight=False, markup=False)
         status, run_path = run_stack(run_opts, err, argv)
