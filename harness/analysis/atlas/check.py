@@ -67,7 +67,6 @@ def where_of(stack: Stack, device: str | None, world_size: int | None, family: s
         device=device,
         world_size=world_size,
         family=family,
-        label=stack.source,
     )
 
 

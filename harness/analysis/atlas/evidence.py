@@ -115,7 +115,7 @@ def point(record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: P
     )
 
 
-def _read_run(path: Path, discovery: Discovery, sources: Sources, kind: str = "run") -> list[ItemRecord]:
+def _read_run(path: Path, discovery: Discovery, sources: Sources) -> list[ItemRecord]:
     run = RunDir(path)
     records = read_results(run.results_path, lenient=True)
     sources.notes.extend(records.skipped)

@@ -43,8 +43,6 @@ class Where:
     device: str | None = None
     world_size: int | None = None
     family: str | None = None
-    #: Where it came from, for messages.
-    label: str = ""
 
     def version(self, package: str) -> str | None:
         return self.versions.get(canonicalize_name(package))
