@@ -40,6 +40,9 @@ def cli_page() -> str:
     for name, sub in _subparsers(root):
         sub.prog = f"ft-regress {name}"
         lines += ["", f"## {name}", "", "```text", sub.format_help().rstrip(), "```"]
+        for action, inner in _subparsers(sub):  # a verb's own actions (``atlas build``, ``atlas check``)
+            inner.prog = f"ft-regress {name} {action}"
+            lines += ["", f"### {name} {action}", "", "```text", inner.format_help().rstrip(), "```"]
     return "\n".join(lines) + "\n"
 
 

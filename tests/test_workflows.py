@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.analysis.atlas.issues import issue_title
 from harness.cli.main import parser as _parser
 from tests.support.paths import REPO_ROOT
 
@@ -99,7 +100,8 @@ def harness_commands(workflow: dict[str, Any]) -> list[list[str]]:
     for script in scripts(workflow):
         joined = script.replace("\\\n", " ")
         for line in joined.splitlines():
-            words = shlex.split(_as_shell(line), comments=True)
+            # "$@": arguments the script gathered before (the atlas's sources), each a --from DIR.
+            words = [w for w in shlex.split(_as_shell(line), comments=True) if w != "$@"]
             if "harness" in words and "-m" in words:
                 args = words[words.index("harness") + 1 :]
                 found.append(args[: args.index("||")] if "||" in args else args)
@@ -108,7 +110,7 @@ def harness_commands(workflow: dict[str, Any]) -> list[list[str]]:
 
 def test_every_harness_command_in_the_nightly_job_parses() -> None:
     commands = harness_commands(load(NIGHTLY))
-    assert {c[0] for c in commands} >= {"run", "merge", "report", "compare", "watch"}
+    assert {c[0] for c in commands} >= {"run", "merge", "report", "compare", "watch", "atlas"}
     parser = _parser()
     for command in commands:
         parser.parse_args([w.replace('"', "") for w in command])
@@ -160,3 +162,38 @@ def test_the_watch_job_runs_the_watch_lane_on_a_hosted_cpu_runner_against_the_pr
     upload = next(s for s in watch["steps"] if "upload-artifact" in str(s.get("uses")))
     assert upload["with"]["name"] == "watch-night" and "tonight/changes.json" in upload["with"]["path"]
     assert "!cancelled()" in upload["if"]  # a night that regressed is still tomorrow's previous night
+
+
+def test_the_atlas_job_builds_on_both_nights_and_the_previous_atlas_and_publishes_it() -> None:
+    workflow = load(NIGHTLY)
+    jobs = workflow["jobs"]
+    atlas = jobs["atlas"]
+    assert set(atlas["needs"]) == {"merge", "watch"} and "!cancelled()" in atlas["if"]  # a regressed night counts
+    downloads = {s["with"]["name"]: s for s in atlas["steps"] if "download-artifact" in str(s.get("uses"))}
+    assert set(downloads) == {"nightly-merged", "watch-night"}
+    assert all(s.get("continue-on-error") for s in downloads.values())  # a night that left none still builds
+    text = "\n".join(scripts({"jobs": {"atlas": atlas}}))
+    assert "--name compatibility-atlas --dir previous-atlas" in text and '"$run_id" != "$GITHUB_RUN_ID"' in text
+    assert 'set -- "$@" --from "$dir"' in text and "harness atlas build --out atlas" in text
+    upload = next(s for s in atlas["steps"] if "upload-artifact" in str(s.get("uses")))
+    assert upload["with"]["name"] == "compatibility-atlas" and upload["with"]["path"] == "atlas"
+    pages = jobs["atlas-pages"]
+    assert pages["needs"] == "atlas" and "vars.ATLAS_PAGES == 'true'" in pages["if"]
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert [s.get("uses", "").split("@")[0] for s in pages["steps"]] == [
+        "actions/download-artifact",
+        "actions/upload-pages-artifact",
+        "actions/deploy-pages",
+    ]
+
+
+def test_the_atlas_job_opens_or_updates_one_issue_per_culprit() -> None:
+    atlas = load(NIGHTLY)["jobs"]["atlas"]
+    assert atlas["permissions"]["issues"] == "write" and atlas["permissions"]["contents"] == "read"
+    step = next(s for s in atlas["steps"] if "gh issue" in s.get("run", ""))
+    script = step["run"]
+    assert "for file in atlas/issues/*.md" in script and 'title=$(head -n 1 "$file")' in script
+    assert "select(.title == $title)" in script  # the same culprit's open issue, by its exact title
+    assert "gh issue comment" in script and "gh issue create" in script
+    # The title a night's culprit gets is the atlas's own.
+    assert issue_title("deepspeed", "0.20.0") == "nightly regression introduced by deepspeed==0.20.0"

@@ -69,6 +69,9 @@ def _section(repro: Repro) -> str:
     lines.append("")
     lines.append(_families(spec))
     lines.append("")
+    if spec.depends_on:
+        lines.append(f"Decided by {', '.join(f'`{p}`' for p in spec.depends_on)}: {spec.depends_on_why}.")
+        lines.append("")
     lines.append(f"Source: `{repro.module}`; world size {spec.world_size or 'the cell’s'}, {spec.steps} steps.")
     if not spec.world_sizes.unbounded:
         lines.append("")

@@ -163,14 +163,16 @@ def unusable_expectation(spec: ReproSpec) -> str | None:
     """Why one of the repro's expectations could never be checked (a version specifier that is
     none), or None: found where the repro is read, not when an outcome is compared with it."""
     for i, expectation in enumerate(spec.expectations):
-        for package, specifier in expectation.when.items():
-            try:
-                SpecifierSet(specifier)
-            except InvalidSpecifier:
-                return (
-                    f"its expectation {i} ({expectation.mode}) says when {package} {specifier!r}, which is not a "
-                    "version specifier; write it like '<0.19.3' or '>=2.5,<2.7'"
-                )
+        ranges = [("when", expectation.when), *(("under", stack) for stack in expectation.under)]
+        for what, stack in ranges:
+            for package, specifier in stack.items():
+                try:
+                    SpecifierSet(specifier)
+                except InvalidSpecifier:
+                    return (
+                        f"its expectation {i} ({expectation.mode}) says {what} {package} {specifier!r}, which is "
+                        "not a version specifier; write it like '<0.19.3' or '>=2.5,<2.7'"
+                    )
     return None
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness.environments.base import CellRequest, Environment, EnvironmentUnavailable, ProviderContext
-from harness.environments.inventory import list_distributions
+from harness.environments.stacks import read_interpreter
 
 
 def passthrough_extensions_dir(cache_dir: Path, python: str) -> Path:
@@ -18,7 +18,7 @@ def passthrough_extensions_dir(cache_dir: Path, python: str) -> Path:
 
 
 def passthrough_environment(cache_dir: Path, python: str = sys.executable) -> Environment:
-    listing = list_distributions(python, isolated=False)
+    listing = read_interpreter(python)
     if "torch" not in listing.packages:
         raise EnvironmentUnavailable(f"passthrough: the running interpreter {python} has no torch installed")
     extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(passthrough_extensions_dir(cache_dir, python))

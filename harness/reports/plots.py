@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
 MIB = 2**20
 #: matplotlib types its settings by name; these are passed to it as they are.
-_STYLE: dict[Any, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
+STYLE: dict[Any, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
 
 
-def _figure(width: float, height: float, columns: int = 2) -> tuple[Figure, Any]:
+def figure(width: float, height: float, columns: int = 2) -> tuple[Figure, Any]:
     # A bare Figure (no pyplot) draws with no GUI backend and no global state.
     from matplotlib.figure import Figure
 
@@ -32,11 +32,11 @@ def _figure(width: float, height: float, columns: int = 2) -> tuple[Figure, Any]
     return fig, fig.subplots(1, columns, squeeze=False)[0]
 
 
-def _svg(fig: Figure) -> str:
+def svg_text(fig: Figure) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context(_STYLE):
+    with matplotlib.rc_context(STYLE):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
     # The XML declaration and DOCTYPE belong to a file, not to an element in a page.
@@ -59,10 +59,10 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
         return None
     import matplotlib
 
-    with matplotlib.rc_context(_STYLE):
+    with matplotlib.rc_context(STYLE):
         cells = list(dict.fromkeys(r.cell for r in fixed))
         repros = list(dict.fromkeys(r.repro for r in fixed))
-        fig, (mem_ax, time_ax) = _figure(_width(len(cells) * len(repros)), 3.4)
+        fig, (mem_ax, time_ax) = figure(_width(len(cells) * len(repros)), 3.4)
         width = 0.8 / len(repros)
         for j, repro in enumerate(repros):
             xs: list[float] = []
@@ -93,7 +93,7 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
             ax.set_xticks(range(len(cells)), cells, rotation=20, ha="right")
             if len(repros) > 1:
                 ax.legend(fontsize=8)
-        return _svg(fig)
+        return svg_text(fig)
 
 
 def guard_cost_plot(costs: Sequence[GuardCost]) -> str | None:
@@ -102,8 +102,8 @@ def guard_cost_plot(costs: Sequence[GuardCost]) -> str | None:
         return None
     import matplotlib
 
-    with matplotlib.rc_context(_STYLE):
-        fig, (mem_ax, time_ax) = _figure(_width(len(costs)), 3.6)
+    with matplotlib.rc_context(STYLE):
+        fig, (mem_ax, time_ax) = figure(_width(len(costs)), 3.6)
         labels = [f"{c.label}\n{'+'.join(c.guards) or 'no guards'}" for c in costs]
         xs = list(range(len(costs)))
         colours = ["#b35806" if c.guards else "#bbbbbb" for c in costs]
@@ -122,7 +122,7 @@ def guard_cost_plot(costs: Sequence[GuardCost]) -> str | None:
         mem_ax.set_ylabel("MiB")
         time_ax.set_title("guards' cost: Δ step time (whisker: noise)")
         time_ax.set_ylabel("ms")
-        return _svg(fig)
+        return svg_text(fig)
 
 
 def costs_plot(found: Sequence[CostEntry]) -> str | None:
@@ -132,10 +132,10 @@ def costs_plot(found: Sequence[CostEntry]) -> str | None:
         return None
     import matplotlib
 
-    with matplotlib.rc_context(_STYLE):
+    with matplotlib.rc_context(STYLE):
         rows = list(dict.fromkeys((e.repro, e.variant) for e in measured))
         cells = list(dict.fromkeys(e.cell for e in measured))
-        fig, (mem_ax, time_ax) = _figure(_width(len(rows) * max(1, len(cells)) // 2 + 2), 3.8)
+        fig, (mem_ax, time_ax) = figure(_width(len(rows) * max(1, len(cells)) // 2 + 2), 3.8)
         width = 0.8 / len(cells)
         for j, cell in enumerate(cells):
             xs: list[float] = []
@@ -159,7 +159,7 @@ def costs_plot(found: Sequence[CostEntry]) -> str | None:
             ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right")
             if len(cells) > 1:
                 ax.legend(fontsize=8)
-        return _svg(fig)
+        return svg_text(fig)
 
 
 def history_plot(runs: Sequence[PastRun]) -> str | None:
@@ -171,8 +171,8 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
         return None
     import matplotlib
 
-    with matplotlib.rc_context(_STYLE):
-        fig, (time_ax, mem_ax) = _figure(_width(len(runs)), 3.8)
+    with matplotlib.rc_context(STYLE):
+        fig, (time_ax, mem_ax) = figure(_width(len(runs)), 3.8)
         xs = list(range(len(runs)))
         for key in items:
             label = "/".join(key)
@@ -188,7 +188,7 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
         mem_ax.set_title("peak memory per item")
         mem_ax.set_ylabel("MiB")
         mem_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return _svg(fig)
+        return svg_text(fig)
 
 
 def _measured(record: ItemRecord | None) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, TF4, TF_4_43
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -94,10 +95,34 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": ">=4.43.0,<4.43.4"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=4.43.4"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=4.37,<4.43.0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": ">=4.43.0,<4.43.4"},
+            established_by=_ESTABLISHED,
+            under=(TF_4_43,),
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=4.43.4"},
+            established_by=_ESTABLISHED,
+            under=(TF_4_43, CURRENT, TF4),
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=4.37,<4.43.0"},
+            established_by=_ESTABLISHED,
+            under=(TF_4_43,),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers resizes the embeddings of a model DeepSpeed partitioned as it loaded (zero.Init, arranged "
+        "through transformers' integration, which reads accelerate), before peft adds the adapter, on torch; nothing "
+        "is quantized"
     ),
     description=__doc__ or "",
 )

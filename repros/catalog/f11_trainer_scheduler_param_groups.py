@@ -32,6 +32,7 @@ variant is priced as ``deepspeed-warmuplr``.
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, TF4
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -72,7 +73,11 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"transformers": "<5.1.0", "torch": ">=2.10"}, established_by=_ESTABLISHED
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.1.0", "torch": ">=2.10"},
+            established_by=_ESTABLISHED,
+            under=(TF4,),
         ),
         Expectation(
             "bug",
@@ -82,8 +87,15 @@ SPEC = ReproSpec(
             note="5.1.0 prepares the model and optimizer only beside a DeepSpeed scheduler: without one the first "
             "backward finds no engine (\"'NoneType' object has no attribute 'backward'\"); 5.2.0 prepares them "
             "either way",
+            under=(TF4,),
         ),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.2.0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=5.2.0"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -93,6 +105,11 @@ SPEC = ReproSpec(
             {"deepspeed_scheduler": True},
             claim="HF's DeepSpeed guide writes a scheduler section with 'auto' values",
         ),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers' Trainer builds its scheduler (through accelerate) on the optimizer DeepSpeed prunes, for "
+        "peft's adapters, and torch's scheduler zips the groups; nothing is quantized"
     ),
     description=__doc__ or "",
 )

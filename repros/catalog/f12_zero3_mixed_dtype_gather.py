@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
@@ -114,8 +115,12 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": "==0.19.2"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"deepspeed": "!=0.19.2"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"deepspeed": "==0.19.2"}, established_by=_ESTABLISHED, under=(CURRENT,)
+        ),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": "!=0.19.2"}, established_by=_ESTABLISHED, under=(CURRENT,)
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -139,6 +144,12 @@ SPEC = ReproSpec(
         "with one rank ZeRO-3 has one partition and never all-gathers (DeepSpeed's `num_partitions == 1` "
         "path, `_no_gather_coalesced`), so no gather meets the mixed dtypes (ds-0.19.2 at world size 1: "
         "NOT_REPRODUCED, on a CPU and on an H200)"
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "ZeRO-3 (deepspeed) gathers the persistent parameters of a model transformers loaded under zero.Init, peft's "
+        "float32 adapters among them, through torch's collectives; the fixed trainer drives the engine itself, so "
+        "accelerate takes no part, and nothing is quantized"
     ),
     description=__doc__ or "",
 )

@@ -23,6 +23,7 @@ bug mode there is a ``DIFFERENT_ERROR``, this failure.
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, TF4, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -70,8 +71,16 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": ">=0.16.5,<0.19.3"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"deepspeed": ">=0.16.5,<0.19.3"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+        ),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT, stack(deepspeed="0.19.3"))
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -81,6 +90,11 @@ SPEC = ReproSpec(
             {"zero_stage": 2},
             claim="the fixed trainer's zero2-for-modules-to-save guard",
         ),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "ZeRO-3's (deepspeed) backward hooks meet peft's modules_to_save wrapper of a transformers model on torch; "
+        "the fixed trainer drives the engine itself, so accelerate takes no part, and nothing is quantized"
     ),
     description=__doc__ or "",
 )

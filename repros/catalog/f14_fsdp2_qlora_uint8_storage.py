@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, TORCH_2_11_ACC_1_13, TORCH_2_12_TF4, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -90,8 +91,15 @@ SPEC = ReproSpec(
             Outcome.REPRODUCED,
             {"torch": "<2.12.0", "accelerate": ">=1.6.0,<1.14.0"},
             established_by=_ESTABLISHED,
+            under=(TORCH_2_11_ACC_1_13,),
         ),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(stack(torch="2.11.0", accelerate="1.14.0"), TORCH_2_12_TF4, CURRENT),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     variants=(
@@ -102,6 +110,11 @@ SPEC = ReproSpec(
             {"bnb_4bit_quant_storage": "bfloat16"},
             claim="huggingface/accelerate#3983; the QLoRA-with-FSDP recipes (PEFT's docs, axolotl)",
         ),
+    ),
+    depends_on=("torch", "peft", "transformers", "accelerate", "bitsandbytes"),
+    depends_on_why=(
+        "accelerate's FSDP2 preparation has torch's fully_shard shard bitsandbytes' 4-bit weights of a transformers "
+        "model under peft's adapters; no DeepSpeed runs"
     ),
     description=__doc__ or "",
 )

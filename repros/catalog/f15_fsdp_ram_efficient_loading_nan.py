@@ -33,6 +33,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, TF4, TORCH_2_12_TF4, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
@@ -137,15 +138,38 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": ">=5.4.0,<5.6.0"}, established_by=_ESTABLISHED_5X),
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED_4X),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=f"{_ESTABLISHED_5X}; {_ESTABLISHED_4X}"),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": ">=5.4.0,<5.6.0"},
+            established_by=_ESTABLISHED_5X,
+            under=(CURRENT,),
+        ),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.0.0.dev0"},
+            established_by=_ESTABLISHED_4X,
+            under=(TF4, TORCH_2_12_TF4),
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=f"{_ESTABLISHED_5X}; {_ESTABLISHED_4X}",
+            under=(CURRENT, stack(transformers="5.0.0"), stack(transformers="5.3.0"), stack(transformers="5.6.0")),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     world_sizes=WorldSizes(2),
     world_sizes_why=(
         "rank 0 reads the checkpoint and every other rank gets placeholders: with one rank there is no other "
         "rank (tf4 and tf-5.5 at world size 1: NOT_REPRODUCED)"
+    ),
+    depends_on=("torch", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers loads the checkpoint under accelerate's FSDP environment and torch's fully_shard shards it, "
+        "peft adding the adapter; no DeepSpeed runs, nothing is quantized"
     ),
     description=__doc__ or "",
     variants=(

@@ -24,6 +24,7 @@ fixed: the same scenario through the fixed trainer's guards (``fsdp2-adapter-ful
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
@@ -66,14 +67,21 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"accelerate": ">=1.7.0,<1.15.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"accelerate": ">=1.7.0,<1.15.0"}, established_by=_ESTABLISHED, under=(CURRENT,)
+        ),
+        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT,)),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     world_sizes=WorldSizes(2),
     world_sizes_why=(
         "only rank 0's shard of the adapter is saved: with one rank its shard is the whole adapter (acc-1.14 "
         "at world size 1: NOT_REPRODUCED)"
+    ),
+    depends_on=("torch", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "accelerate saves peft's state dict of a transformers model that torch's FSDP2 sharded; no DeepSpeed runs, "
+        "nothing is quantized"
     ),
     description=__doc__ or "",
 )

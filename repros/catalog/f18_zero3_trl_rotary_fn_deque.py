@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from repros.catalog._stacks import TRL_TF_5_5_3
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
@@ -72,8 +73,20 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": ">=5.0,<5.5.4"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.5.4"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": ">=5.0,<5.5.4"},
+            established_by=_ESTABLISHED,
+            under=(TRL_TF_5_5_3,),
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=5.5.4"},
+            established_by=_ESTABLISHED,
+            under=(TRL_TF_5_5_3,),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -85,6 +98,11 @@ SPEC = ReproSpec(
         ),
     ),
     pass_rule="clean-exit",
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate", "trl", "kernels"),
+    depends_on_why=(
+        "TRL's trainer (through accelerate) builds two ZeRO-3 (deepspeed) engines over transformers models whose "
+        "attention holds the kernels package's rotary_fn, with peft's adapters, on torch; nothing is quantized"
+    ),
     description=__doc__ or "",
 )
 

@@ -19,6 +19,7 @@ fixed: the same scenario through the fixed trainer's guards.
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, TF4
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
@@ -57,9 +58,19 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.3"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+        ),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.3"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "ZeRO-3 (deepspeed) re-partitions the frozen weights of a LoRA of peft's while torch recomputes transformers' "
+        "non-reentrant checkpoint; the fixed trainer drives the engine itself, so accelerate takes no part, and "
+        "nothing is quantized"
     ),
     description=__doc__ or "",
     impossible_in={

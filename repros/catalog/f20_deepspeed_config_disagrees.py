@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, TF4, TF4_ACC_1_7
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -128,9 +129,18 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"accelerate": "<1.8.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"accelerate": ">=1.8.0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"accelerate": "<1.8.0"}, established_by=_ESTABLISHED, under=(TF4_ACC_1_7,)
+        ),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"accelerate": ">=1.8.0"}, established_by=_ESTABLISHED, under=(TF4, CURRENT)
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers' Trainer hands the TrainingArguments to accelerate's DeepSpeed wrapper and DeepSpeed's engine, "
+        "training peft's adapters on torch; nothing is quantized"
     ),
     description=__doc__ or "",
 )

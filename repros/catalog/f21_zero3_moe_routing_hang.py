@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4_DS_0_17, TF4_DS_0_18, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
@@ -113,6 +114,7 @@ SPEC = ReproSpec(
             Outcome.REPRODUCED,
             {"deepspeed": "<0.18.0", "transformers": "<5.0.0.dev0"},
             established_by=_ESTABLISHED,
+            under=(TF4_DS_0_17,),
         ),
         Expectation(
             "bug",
@@ -120,6 +122,7 @@ SPEC = ReproSpec(
             {"deepspeed": ">=0.18.0"},
             established_by=_ESTABLISHED,
             note="PR #7604: DeepSpeed makes Mixtral's MoE blocks ZeRO-3 leaf modules by default",
+            under=(TF4_DS_0_18,),
         ),
         Expectation(
             "bug",
@@ -127,6 +130,7 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0.0.dev0"},
             established_by=_ESTABLISHED,
             note="transformers 5 keeps a layer's experts in one module, gathered whole",
+            under=(CURRENT, stack(deepspeed="0.19.3"), DS_0_19_2),
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
@@ -135,6 +139,12 @@ SPEC = ReproSpec(
     world_sizes_why=(
         "ranks whose tokens reach different experts gather different modules' parameters: one rank cannot "
         "disagree with itself (tf4-ds-0.17.6 at world size 1: NOT_REPRODUCED)"
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "ZeRO-3 (deepspeed) gathers the experts of a transformers mixture of experts on torch's collectives, with "
+        "peft's adapters; the fixed trainer drives the engine itself, so accelerate takes no part, and nothing is "
+        "quantized"
     ),
     description=__doc__ or "",
 )

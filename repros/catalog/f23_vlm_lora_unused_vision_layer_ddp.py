@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.families import FAMILIES
 from repros.runtime.outcomes import Outcome
@@ -77,7 +78,7 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_RUN),
+        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_RUN, under=(CURRENT,)),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     variants=(
@@ -94,6 +95,11 @@ SPEC = ReproSpec(
         for family in FAMILIES.values()
         if not family.vision
     },
+    depends_on=("torch", "peft", "transformers"),
+    depends_on_why=(
+        "peft matches the names in transformers' LLaVA, whose unused tower layer torch's DDP reducer waits for; no "
+        "DeepSpeed, accelerate or bitsandbytes runs"
+    ),
     description=__doc__ or "",
 )
 

@@ -19,6 +19,7 @@ fixed: the same scenario through the fixed trainer's guards.
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, TF4, TORCH_2_12_TF4
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.signatures import (
@@ -67,11 +68,28 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"torch": "<2.13", "transformers": "<5.23"}, established_by=_ESTABLISHED
+            "bug",
+            Outcome.REPRODUCED,
+            {"torch": "<2.13", "transformers": "<5.23"},
+            established_by=_ESTABLISHED,
+            under=(TORCH_2_12_TF4,),
         ),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"torch": ">=2.13"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.23"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"torch": ">=2.13"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=5.23"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TORCH_2_12_TF4),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "peft", "transformers"),
+    depends_on_why=(
+        "FSDP2 (torch) casts a layer's inputs in its pre-hook, which torch's recompute of transformers' checkpoint "
+        "skips, around peft's DoRA; no DeepSpeed, accelerate or bitsandbytes runs"
     ),
     description=__doc__ or "",
     variants=(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -119,10 +120,21 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+            "bug",
+            Outcome.INFRA,
+            {"bitsandbytes": "<0.46"},
+            established_by=_ESTABLISHED,
+            note=_CPU_NOTE,
+            device="cpu",
+            under=(TF4,),
         ),
         Expectation(
-            "bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED, device="cpu"
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.0.0.dev0"},
+            established_by=_ESTABLISHED,
+            device="cpu",
+            under=(TF4, TF4_DS_0_18, stack(transformers="4.57.6", bitsandbytes="0.46.1")),
         ),
         Expectation(
             "bug",
@@ -131,6 +143,7 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             note="transformers 5's wording: F3.to-8bit-needs-bnb-0.48",
             device="cpu",
+            under=(CURRENT,),
         ),
         Expectation(
             "bug",
@@ -139,6 +152,7 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             note="transformers 5 lets an 8-bit model move with to() given bitsandbytes >= 0.48",
             device="cpu",
+            under=(CURRENT, DS_0_19_2),
         ),
         Expectation(
             "fixed", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
@@ -152,6 +166,12 @@ SPEC = ReproSpec(
             device="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "bitsandbytes"),
+    depends_on_why=(
+        "DeepSpeed's engine moves the bitsandbytes-quantized transformers model with to(), which transformers "
+        "refuses; peft adds the adapter, torch runs it; the fixed trainer drives the engine itself, so accelerate "
+        "takes no part"
     ),
     description=__doc__ or "",
     variants=(

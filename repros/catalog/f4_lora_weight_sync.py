@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -104,8 +105,15 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT, DS_0_19_2, TF4, TF4_DS_0_18)
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "peft's parameter names reach a name-based loader of the model's architecture (transformers') after ZeRO-3 "
+        "(deepspeed, on torch) gathered them; accelerate and bitsandbytes take no part"
     ),
     description=__doc__ or "",
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -99,9 +100,22 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.0.0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"transformers": "<5.0.0"}, established_by=_ESTABLISHED, under=(TF4, TF4_DS_0_18)
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=5.0.0"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, DS_0_19_2),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "transformers"),
+    depends_on_why=(
+        "DeepSpeed-Chat's flow: its own LoRA layers (not peft's) under ZeRO-2, checkpointed reentrantly by "
+        "transformers' default, on torch's autograd; accelerate and bitsandbytes take no part"
     ),
     description=__doc__ or "",
     variants=(

@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, TF4, TORCH_2_0_TF4_40, TORCH_2_12_TF4
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -99,9 +100,26 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.0.0.dev0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.0.0.dev0"},
+            established_by=_ESTABLISHED,
+            under=(TF4, TORCH_2_12_TF4, TORCH_2_0_TF4_40),
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=5.0.0.dev0"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "peft", "transformers"),
+    depends_on_why=(
+        "torch's DDP reducer meets transformers' reentrant checkpoint of peft's adapters; no DeepSpeed, accelerate or "
+        "bitsandbytes runs"
     ),
     description=__doc__ or "",
 )

@@ -26,6 +26,7 @@ shards last: a ``[0]``-shaped adapter on the fixed release, which would be taken
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -75,9 +76,26 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": "<5.0.0.dev0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"transformers": ">=5.0.0.dev0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.0.0.dev0"},
+            established_by=_ESTABLISHED,
+            under=(TF4, TF4_DS_0_18),
+        ),
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"transformers": ">=5.0.0.dev0"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, DS_0_19_2, stack(deepspeed="0.19.3"), stack(deepspeed="0.19.5")),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers' Trainer (through accelerate) saves peft's adapter from a ZeRO-3 (deepspeed) engine on torch; "
+        "nothing is quantized"
     ),
     description=__doc__ or "",
 )

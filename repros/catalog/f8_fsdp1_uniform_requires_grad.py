@@ -22,6 +22,7 @@ and "FSDP needs a non-CPU accelerator device" (FSDP1 on a CPU without ``device_i
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, TF4, TORCH_2_0_TF4_40
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -67,12 +68,26 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.INFRA, {"torch": "<2.1"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"),
-        Expectation("bug", Outcome.REPRODUCED, {"torch": ">=2.1"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.INFRA,
+            {"torch": "<2.1"},
+            established_by=_ESTABLISHED,
+            note=_CPU_NOTE,
+            device="cpu",
+            under=(TORCH_2_0_TF4_40,),
+        ),
+        Expectation("bug", Outcome.REPRODUCED, {"torch": ">=2.1"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)),
         Expectation(
             "fixed", Outcome.INFRA, {"torch": "<2.1"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
         ),
         Expectation("fixed", Outcome.PASS, {"torch": ">=2.2"}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch",),
+    depends_on_why=(
+        "the refusal is torch's own check (FSDP1's flat parameter has one requires_grad, and use_orig_params=False is "
+        "its default in every release): whichever transformers built the model and whichever peft froze its base and "
+        "added trainable adapters, a unit holding both is refused; no DeepSpeed, accelerate or bitsandbytes runs"
     ),
     description=__doc__ or "",
 )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18, TF4_PEFT_0_15_0
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -90,10 +91,20 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             note="F13 first (DeepSpeed#7615): ZeRO-3 cannot train modules_to_save on these releases "
             "('Linear' object has no attribute 'ds_grads_remaining'), so nothing is saved",
+            under=(DS_0_19_2, TF4_DS_0_18),
         ),
-        Expectation("bug", Outcome.REPRODUCED, {"peft": "==0.15.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"peft": "!=0.15.0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"peft": "==0.15.0"}, established_by=_ESTABLISHED, under=(TF4_PEFT_0_15_0,)
+        ),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"peft": "!=0.15.0"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers' Trainer (through accelerate) saves peft's modules_to_save from a ZeRO-3 (deepspeed) engine on "
+        "torch; nothing is quantized"
     ),
     description=__doc__ or "",
 )

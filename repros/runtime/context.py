@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from repros.runtime.measures import METERS, Meter
-
-TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes")
+from repros.runtime.spec import TRACKED_PACKAGES
 
 
 def installed_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str | None]:

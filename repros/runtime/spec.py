@@ -64,6 +64,9 @@ class Signature:
     #: Read from data (a user's repro, described in a child process): its checks are code that
     #: only the rank that raised ran, so the rank's recorded verdict stands in for them.
     verdict_from_rank: bool = False
+    #: What to write instead, read from the message (a configuration error: the names a model has): ``explain``
+    #: says it beside the match. None: the workaround is the fixed trainer's guard.
+    advice: Callable[[str], str | None] | None = None
 
     @property
     def declarative(self) -> bool:
@@ -139,6 +142,25 @@ class WorldSizes:
 #: Every world size.
 ANY_WORLD_SIZE = WorldSizes()
 
+#: The packages whose versions every record carries (``repros/runtime/context.py`` reads them).
+TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes")
+#: What a stack's specifier may look like here (``packaging`` checks it on the orchestrator's side).
+_SPECIFIER = re.compile(r"[=<>!~][=<>!~]?=?\s*[A-Za-z0-9.*+!_-]+(\s*,\s*[=<>!~][=<>!~]?=?\s*[A-Za-z0-9.*+!_-]+)*")
+
+
+def _check_stacks(repro_id: str, stacks: object) -> None:
+    """Each of an expectation's ``under`` stacks maps package names to version specifiers."""
+    if not isinstance(stacks, tuple):
+        raise ValueError(f"{repro_id}: an expectation's under must be a tuple of stacks, found {stacks!r}")
+    for stack in stacks:
+        if not isinstance(stack, Mapping) or not stack:
+            raise ValueError(f"{repro_id}: each stack of an expectation's under must map packages to specifiers")
+        for name, spec in stack.items():
+            if not isinstance(name, str) or not PACKAGE_NAME.fullmatch(name):
+                raise ValueError(f"{repro_id}: a stack of an expectation's under names {name!r}, not a package")
+            if not isinstance(spec, str) or not _SPECIFIER.fullmatch(spec.strip()):
+                raise ValueError(f"{repro_id}: under {name}: {spec!r} is not a version specifier (write ==2.13.0)")
+
 
 @dataclass(frozen=True)
 class Expectation:
@@ -162,6 +184,10 @@ class Expectation:
     note: str = ""
     device: str | None = None
     world_sizes: WorldSizes = ANY_WORLD_SIZE
+    #: The stacks the range was established on (package -> specifier, as a matrix cell writes them): the
+    #: compatibility atlas holds a stack to one of them in every package the failure depends on
+    #: (``ReproSpec.depends_on``) that ``when`` does not name. () : not recorded (only runs' evidence counts).
+    under: tuple[Mapping[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -209,6 +235,11 @@ class ReproSpec:
     #: excluded with that reason (in both modes: the scenario is the failure's).
     world_sizes: WorldSizes = ANY_WORLD_SIZE
     world_sizes_why: str = ""
+    #: The packages whose versions can change whether the failure occurs (``depends_on_why`` says why no
+    #: other can: its mechanism runs through these alone). The compatibility atlas holds a stack to what
+    #: was proven in these and no others; () : every tracked package (``TRACKED_PACKAGES``) may matter.
+    depends_on: tuple[str, ...] = ()
+    depends_on_why: str = ""
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
@@ -248,6 +279,7 @@ class ReproSpec:
                 )
             if exp.device is not None and exp.device not in DEVICES:
                 raise ValueError(f"{self.id}: expectation device {exp.device!r} is not one of {DEVICES}")
+            _check_stacks(self.id, exp.under)
         if not isinstance(self.world_sizes, WorldSizes) or any(
             not isinstance(e.world_sizes, WorldSizes) for e in self.expectations
         ):
@@ -265,6 +297,12 @@ class ReproSpec:
             raise ValueError(
                 f"{self.id}: impossible_in names unknown families {unknown_families}; known: {list(FAMILIES)}"
             )
+        if not isinstance(self.depends_on, tuple) or any(
+            not isinstance(p, str) or not PACKAGE_NAME.fullmatch(p) for p in self.depends_on
+        ):
+            raise ValueError(f"{self.id}: depends_on must be a tuple of package names, found {self.depends_on!r}")
+        if self.depends_on and not self.depends_on_why:
+            raise ValueError(f"{self.id}: depends_on {list(self.depends_on)} needs depends_on_why (why no other can)")
         if self.pass_rule not in PASS_RULES:
             raise ValueError(f"{self.id}: pass_rule {self.pass_rule!r} is not one of {PASS_RULES}")
         names = [v.name for v in self.variants]
@@ -274,6 +312,11 @@ class ReproSpec:
         for variant in self.variants:
             if not isinstance(variant.name, str) or not REPRO_ID.fullmatch(variant.name):
                 raise ValueError(f"{self.id}: variant name {variant.name!r} is not a plain name")
+
+    @property
+    def deciding_packages(self) -> tuple[str, ...]:
+        """The packages whose versions can decide the failure: ``depends_on``, else every tracked one."""
+        return self.depends_on or TRACKED_PACKAGES
 
     def variant_names(self) -> list[str]:
         """Every variant ``costs`` runs: the documented scenario, the fixed trainer, then the declared ones."""
@@ -327,6 +370,7 @@ def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
                 "note": e.note,
                 "device": e.device,
                 "world_sizes": str(e.world_sizes),
+                "under": [dict(u) for u in e.under],
             }
             for e in spec.expectations
         ],
@@ -348,6 +392,8 @@ def spec_to_data(spec: ReproSpec) -> dict[str, Any]:
             for v in spec.variants
         ],
         "pass_rule": spec.pass_rule,
+        "depends_on": list(spec.depends_on),
+        "depends_on_why": spec.depends_on_why,
     }
 
 
@@ -377,6 +423,7 @@ def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
                 note=str(e["note"]),
                 device=e["device"],
                 world_sizes=WorldSizes.parse(str(e.get("world_sizes") or "any")),
+                under=tuple({str(k): str(v) for k, v in dict(u).items()} for u in e.get("under") or []),
             )
             for e in data["expectations"]
         ),
@@ -392,4 +439,6 @@ def spec_from_data(data: Mapping[str, Any]) -> ReproSpec:
             for v in data.get("variants") or []
         ),
         pass_rule=str(data.get("pass_rule") or "trained"),
+        depends_on=tuple(str(p) for p in data.get("depends_on") or []),
+        depends_on_why=str(data.get("depends_on_why") or ""),
     )

@@ -72,7 +72,7 @@ Guards (each recorded by id, with its reason, in the result):
   ``gate_up_proj`` (PEFT raises only when no name matches; with ``o_proj``/``down_proj`` among them it
   silently adapts those alone), and a LLaVA's CLIP tower has ``q_proj``/``v_proj`` too, so the plain
   names put adapters on the frozen vision tower; resolve the names per family
-  (``repros/trainer/targets.py``; for a LLaVA this is F23's workaround). In every mode a list that
+  (``repros/trainer/targets.py``; F33's workaround, and for a LLaVA F23's). In every mode a list that
   partly matches (PEFT's silence) is an error (``TargetModulesMatchNothing``), never a LoRA on nothing;
   a list of which no name matches is PEFT's own refusal, as users meet it.
 - ``zero3-wait-every-gather``: DeepSpeed before 0.19.8 waits only on the last of the async
@@ -199,6 +199,11 @@ class GuardRule:
     #: on gloo only): guarded in every mode on a CPU, so that a ``bug`` run shows the repro's own
     #: failure and not this one, except in the repro that documents it (``hazard_guards``).
     every_mode: bool = False
+    #: Other documented failures the same change works around (``family-target-modules``: F23's too).
+    also_works_around: tuple[str, ...] = ()
+
+    def works_around_failure(self, repro_id: str) -> bool:
+        return repro_id == self.works_around or repro_id in self.also_works_around
 
 
 def installed_versions(packages: tuple[str, ...] = GUARDED_PACKAGES) -> dict[str, Version | None]:
@@ -517,13 +522,14 @@ GUARDS: tuple[GuardRule, ...] = (
     ),
     GuardRule(
         "family-target-modules",
-        "",
+        "F33",
         _family_targets_unresolved,
         {"family_targets": True},
         lambda v: (
             "LoRA target names written for a Llama miss or over-reach in this family (Phi-3's fused qkv_proj and "
-            "gate_up_proj; a VLM's CLIP tower has q_proj/v_proj too): resolved per family"
+            "gate_up_proj; a VLM's CLIP tower has q_proj/v_proj too): resolved per family (F33, F23)"
         ),
+        also_works_around=("F23",),
     ),
     GuardRule(
         "zero3-wait-every-gather",

@@ -176,6 +176,14 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
         ("llava", "fixed", "PASS"),
     }
     assert {r["family"] for r in f23} == {"llava"}, log
+    # F33 needs a family that fuses the projections a Llama recipe names: its own cell trains Phi-3, where PEFT
+    # refuses q_proj/v_proj and the fixed trainer's names (qkv_proj) train.
+    f33 = [r for r in ran(records) if r["repro"] == "F33"]
+    assert {(r["cell"], r["mode"], r["outcome"], r["family"]) for r in f33} == {
+        ("phi3", "bug", "REPRODUCED", "phi3"),
+        ("phi3", "fixed", "PASS", "phi3"),
+    }, log
+    assert {r["signature"] for r in f33 if r["mode"] == "bug"} == {"F33.target-modules-not-found"}
     f19 = find(records, "F19", "bug", transformers="5.23.0", deepspeed="0.19.8")
     assert f19["outcome"] == "INFRA" and "needs CUDA" in f19["reasons"][0], log
     assert find(records, "F10", "bug", transformers="4.43.0")["signature"] == "F10.vocab-size-0", log

@@ -112,6 +112,9 @@ def _report(
         say(f"  matched {m.signature.id} on log line {m.error.line}{ranks}: {m.error.type}: {m.error.first_line[:200]}")
         if m.why:
             say(f"  {m.why}")
+        advice = m.signature.advice(m.error.message) if m.signature.advice else None
+        if advice:
+            say(f"  what to write instead: {advice}")
         if spec.upstream:
             say(f"  upstream: {', '.join(spec.upstream)}")
         say("  measured by the harness:")

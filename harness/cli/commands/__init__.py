@@ -5,6 +5,7 @@ A new verb is one module with a ``Command`` subclass, plus its line in ``COMMAND
 
 from __future__ import annotations
 
+from harness.cli.commands.atlas import AtlasCommand
 from harness.cli.commands.base import Command
 from harness.cli.commands.bench import BenchCommand
 from harness.cli.commands.bisect import BisectCommand
@@ -34,6 +35,7 @@ COMMANDS: tuple[type[Command], ...] = (
     GridCommand,
     CompareCommand,
     ExplainCommand,
+    AtlasCommand,
     ReportCommand,
     ListCommand,
     CatalogCommand,

@@ -22,7 +22,7 @@ from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
 from harness.core.text import plain
-from harness.environments.inventory import list_distributions
+from harness.environments.stacks import read_interpreter
 from harness.execution.gpu_lease import visible_gpus
 from harness.pipeline.session import RunSession
 from harness.planning.items import RunOptions, plan_items
@@ -48,7 +48,7 @@ def default_world_size(gpus: Sequence[str]) -> int:
 
 
 def _require_torch_here() -> None:
-    listing = list_distributions(sys.executable, isolated=False)
+    listing = read_interpreter(sys.executable)  # as the passthrough cell and `atlas check --here` read it
     if "torch" not in listing.packages:
         raise UserError(
             sys.executable,
