@@ -13,7 +13,9 @@ from typing import Any
 
 from repros.runtime.measures import METERS, Meter
 
-TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes")
+#: The packages a record's versions name (and an expectation's ``when`` can): the stack, and the packages some
+#: documented failures need beside it (torchao: F30; trl: F18, F25, F31), None where a cell has none.
+TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes", "torchao", "trl")
 
 
 def installed_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str | None]:
