@@ -48,7 +48,7 @@ CPU_REASON = (
 _CPU = (
     "CPU script (2026-11-27, torch 2.13.0+cpu, bitsandbytes 0.50.2, world size 1, gloo): the tiny Qwen2 in NF4 with "
     "bf16 storage, logits before and after fully_shard: max difference 0.0; python -m harness run --cells "
-    "current-new-paths --repros F24: bug INFRA, fixed INFRA"
+    "current-cuda-only --repros F24: bug INFRA, fixed INFRA"
 )
 
 SPEC = ReproSpec(

@@ -41,7 +41,7 @@ SCENARIO = Scenario(
 CPU_REASON = "F25 needs CUDA: Liger's fused linear + loss kernels are Triton kernels, which have no CPU backend"
 
 _CPU = (
-    "python -m harness run --cells current-new-paths --repros F25 (2026-11-27, torch 2.13.0+cpu): bug INFRA, fixed "
+    "python -m harness run --cells current-cuda-only --repros F25 (2026-11-27, torch 2.13.0+cpu): bug INFRA, fixed "
     "INFRA; the fix's boundary read from TRL's history (PR #5891 first in v1.6.0)"
 )
 

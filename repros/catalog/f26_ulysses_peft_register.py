@@ -6,7 +6,9 @@ sequence-parallel groups and needs the model's config (heads, layers). Before PR
 its argument for a model only when ``isinstance(model_name_or_path, PreTrainedModel)`` and otherwise hands
 it to ``AutoConfig.from_pretrained`` as a name or path. A LoRA model (``get_peft_model``'s ``PeftModel``)
 is not a ``PreTrainedModel``, so the config lookup raises ``TypeError: expected str, bytes or os.PathLike
-object, not PeftModel`` (from ``os.fspath`` inside transformers' hub lookup) before anything trains:
+object, not PeftModel`` (``os.fspath`` inside transformers' hub lookup, as reported; with transformers 5.23 it is
+``os.stat``'s ``path should be string, bytes, os.PathLike or integer, not PeftModelForCausalLM``) before anything
+trains:
 every user of the integrations that pass the model they hold (accelerate's ``_prepare_deepspeed``,
 accelerate#3889; transformers' ``Trainer`` with ``parallelism_config``; DeepSpeed#7728) meets it with a
 PEFT model. PR #7737 accepts any object with a ``config``.
@@ -56,9 +58,11 @@ SPEC = ReproSpec(
         Signature(
             id="F26.peft-model-as-path",
             exception="TypeError",
-            pattern=r"expected str, bytes or os\.PathLike object, not PeftModel\w*",
+            pattern=r"(expected str, bytes or os\.PathLike object|path should be string, bytes, os\.PathLike or "
+            r"integer), not PeftModel\w*",
             description="Ulysses' register_with_transformers hands a PEFT model to AutoConfig.from_pretrained as a "
-            "name (raised before any collective: the same wording on NCCL and gloo)",
+            "name; os.fspath's wording (the reports) or os.stat's (transformers 5.23's lookup), raised before any "
+            "collective: the same on NCCL and gloo",
         ),
     ),
     expectations=(

@@ -1,20 +1,24 @@
 """F27 - Ulysses with ZeRO stage 0 (bf16): ``parallel_state_sp has no attribute get_model_parallel_rank``.
 
-With ZeRO stage 0 and bf16, DeepSpeed trains through its ``BF16_Optimizer``. At every step it computes the
-gradient norm and asks which tensor-parallel rank it is through ``bwc_tensor_model_parallel_rank(mpu)``,
-which tries ``get_tensor_model_parallel_rank``, then ``get_slice_parallel_rank``, then calls the deprecated
-``get_model_parallel_rank`` unconditionally. Under Ulysses the mpu is DeepSpeed's own
+With ZeRO stage 0 and bf16, DeepSpeed wraps the optimizer itself, and at every step the wrapper asks the
+engine's mpu for the deprecated Megatron model-parallel API: DeepSpeed's own optimizer goes through
+``BF16_Optimizer``, whose gradient norm calls ``bwc_tensor_model_parallel_rank(mpu)`` (it tries
+``get_tensor_model_parallel_rank``, then ``get_slice_parallel_rank``, then calls ``get_model_parallel_rank``
+unconditionally: DeepSpeed#7833's traceback); a client torch optimizer goes through the unfused optimizer,
+whose overflow check calls ``mpu.get_model_parallel_group()``. Under Ulysses the mpu is DeepSpeed's own
 ``deepspeed.runtime.sequence_parallel.parallel_state_sp`` module, which before PR #7649 (0.18.2, "ulysses mpu:
 additional api", made for checkpoint saving) has none of them: the first ``engine.step()`` raises
 ``AttributeError: module 'deepspeed.runtime.sequence_parallel.parallel_state_sp' has no attribute
-'get_model_parallel_rank'``. ZeRO stages 1-3 never ask and train (DeepSpeed#7833). PR #7888 (open) would
-make ``bwc`` fall back to rank 0; from 0.18.2 the alias PR #7649 added answers the call (with the
-sequence-parallel rank), so the error is gone there, measured.
+'get_model_parallel_rank'`` (``..._group`` with a torch optimizer, as here). ZeRO stages 1-3 never ask and train
+(DeepSpeed#7833). PR #7649 aliases ``get_model_parallel_rank``, ``_group`` and ``_world_size`` to the
+sequence-parallel ones, so from 0.18.2 the step runs (measured); PR #7888 (open) would make ``bwc`` fall back to
+rank 0 instead.
 
 The sequence-parallel degree is the item's world size, two ranks at least.
 
-bug:   tiny Qwen2, LoRA r=8 on q/v, bf16, ZeRO stage 0, Ulysses over every rank as the ALST tutorial writes
-       it (``repros/trainer/ulysses.py``), the transformers model registered (so F26 cannot come first).
+bug:   tiny Qwen2, LoRA r=8 on q/v, bf16, ZeRO stage 0, a torch AdamW as the client optimizer (no JIT-built
+       DeepSpeed Adam), Ulysses over every rank as the ALST tutorial writes it (``repros/trainer/ulysses.py``),
+       the transformers model registered (so F26 cannot come first).
 fixed: the same through the fixed trainer's guards (``ulysses-zero1-not-zero0`` on deepspeed < 0.18.2: ZeRO
        stage 1, whose optimizer never asks; optimizer states partitioned across the ranks).
 """
@@ -44,7 +48,7 @@ _ESTABLISHED = (
 
 SPEC = ReproSpec(
     id="F27",
-    title="Ulysses sequence parallelism with ZeRO stage 0 (bf16): the mpu has no get_model_parallel_rank",
+    title="Ulysses sequence parallelism with ZeRO stage 0 (bf16): the mpu has no get_model_parallel_rank / _group",
     upstream=(
         "deepspeedai/DeepSpeed#7833",
         "deepspeedai/DeepSpeed PR #7649 (the mpu's get_model_parallel_rank alias; 0.18.2)",
@@ -55,9 +59,10 @@ SPEC = ReproSpec(
             id="F27.mpu-model-parallel-rank",
             exception="AttributeError",
             pattern=r"module 'deepspeed\.runtime\.sequence_parallel\.parallel_state_sp' has no attribute "
-            r"'get_model_parallel_rank'",
-            description="ZeRO stage 0's bf16 optimizer asks the Ulysses mpu for the deprecated model-parallel rank "
-            "(in the step, before its collectives: the same wording on NCCL and gloo)",
+            r"'get_model_parallel_(rank|group|world_size)'",
+            description="ZeRO stage 0's bf16 optimizer wrapper asks the Ulysses mpu for the deprecated model-parallel "
+            "rank (BF16_Optimizer) or group (a torch optimizer's overflow check), in the step before its collectives: "
+            "the same wording on NCCL and gloo",
         ),
     ),
     expectations=(

@@ -106,10 +106,10 @@ Guards (each recorded by id, with its reason, in the result):
   transformers' ALST integration hand it) goes to ``AutoConfig.from_pretrained`` as a name (``TypeError: expected
   str, bytes or os.PathLike object, not PeftModel``; F26, DeepSpeed#7729, PR #7737): register the transformers
   model inside it (``get_base_model()``). Free.
-- ``ulysses-zero1-not-zero0``: DeepSpeed 0.17.0 .. 0.18.1 with Ulysses and ZeRO stage 0 in bf16: the bf16
-  optimizer asks its mpu (Ulysses' ``parallel_state_sp``) for the deprecated ``get_model_parallel_rank``, which
-  it does not have before PR #7649 (F27, DeepSpeed#7833): ZeRO stage 1, whose optimizer never asks (optimizer
-  states partitioned: less memory per rank, a gather after each step).
+- ``ulysses-zero1-not-zero0``: DeepSpeed 0.17.0 .. 0.18.1 with Ulysses and ZeRO stage 0 in bf16: the optimizer
+  wrapper asks its mpu (Ulysses' ``parallel_state_sp``) for the deprecated ``get_model_parallel_rank`` (or
+  ``_group``), which it does not have before PR #7649 (F27, DeepSpeed#7833): ZeRO stage 1, whose optimizer never
+  asks (optimizer states partitioned: less memory per rank, a gather after each step).
 - ``family-target-modules``: LoRA target names written for a Llama mean something else, or nothing, in
   another family: Phi-3 fuses query, key and value into ``qkv_proj`` and gate and up into
   ``gate_up_proj`` (PEFT raises only when no name matches; with ``o_proj``/``down_proj`` among them it
@@ -770,7 +770,8 @@ GUARDS: tuple[GuardRule, ...] = (
         {"zero_stage": 1},
         lambda v: (
             f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK}: ZeRO stage 0's bf16 "
-            "optimizer asks the Ulysses mpu for get_model_parallel_rank, which it lacks (F27, DeepSpeed#7833, PR "
+            "optimizer asks the Ulysses mpu for get_model_parallel_rank/_group, which it lacks (F27, DeepSpeed#7833, "
+            "PR "
             "#7649): ZeRO stage 1 (its optimizer never asks; optimizer states partitioned across the ranks)"
         ),
     ),

@@ -4,8 +4,8 @@
 ``parallel_state_sp`` module) and replaces every attention function transformers knows with one that
 all-to-alls the heads across the group, so each rank attends over the whole sequence for its share of the
 heads; ``deepspeed.initialize(..., mpu=mpu)`` with ``sequence_parallel_size`` in the config trains on it;
-``UlyssesSPDataLoaderAdapter`` gives each rank its slice of every batch (with ``shift_labels``), and the loss is
-each rank's shard loss weighted by its tokens across the group. On a CPU the all-to-alls run on gloo.
+each rank trains on its slice of every batch (with ``shift_labels``: ``UlyssesSPDataLoaderAdapter``'s slicing), and
+the loss is each rank's shard loss weighted by its tokens across the group. On a CPU the all-to-alls run on gloo.
 
 Here the sequence-parallel degree is the item's world size (one group of every rank, no data parallelism
 beside it): every rank is handed the same batch, which the adapter splits along the sequence. The facts are the
@@ -44,7 +44,7 @@ def ulysses_config(scenario: Scenario, sequence_parallel: int) -> dict[str, Any]
 def train_ulysses(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> None:
     import deepspeed
     import torch
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF, UlyssesSPDataLoaderAdapter
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
     from deepspeed.utils import groups, safe_get_full_fp32_param, safe_get_full_grad
 
     effective = apply_guards(scenario, guards)
@@ -83,27 +83,28 @@ def train_ulysses(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> 
         model=model, optimizer=optimizer, config=ulysses_config(effective, sequence_parallel), mpu=mpu
     )
 
-    # One sequence, the same on every rank of the group; the adapter slices it (and its shifted labels).
-    tokens = fixed_batch(0, 1, effective.seq_len)[0]
-    rows = [
-        {"input_ids": tokens, "position_ids": torch.arange(tokens.numel()), "labels": tokens.clone()}
-        for _ in range(ctx.steps)
-    ]
-    loader = torch.utils.data.DataLoader(
-        rows, batch_size=1, collate_fn=lambda batch: {k: v.unsqueeze(0) for k, v in batch[0].items()}
-    )
+    # One sequence, the same on every rank of the group, sliced along the sequence as DeepSpeed's
+    # ``UlyssesSPDataLoaderAdapter`` slices it: each rank its chunk of the tokens, their positions, and the labels
+    # shifted by one (the last -100). The adapter itself is not used: in DeepSpeed 0.18.1 it all-gathers each rank's
+    # 0-dimensional sequence length into 1-element buffers, which gloo refuses ("invalid tensor size"; NCCL only
+    # counts elements), and with every rank holding the same sequence there is nothing to gather.
+    tokens = fixed_batch(0, 1, effective.seq_len).to(ctx.device)
+    chunk = effective.seq_len // sequence_parallel
+    mine = slice(ctx.rank * chunk, (ctx.rank + 1) * chunk)
+    shifted = torch.nn.functional.pad(tokens, (0, 1), value=-100)[:, 1:]
+    batch = {
+        "input_ids": tokens[:, mine],
+        "position_ids": torch.arange(effective.seq_len, device=ctx.device).unsqueeze(0)[:, mine],
+        "shift_labels": shifted[:, mine],
+    }
     sp_group = groups._get_sequence_parallel_group()
     sp_world = groups._get_sequence_parallel_world_size()
-    loader = UlyssesSPDataLoaderAdapter(
-        loader,
-        sp_rank=groups._get_sequence_parallel_rank(),
-        sp_group=sp_group,
-        sp_world_size=sp_world,
-        device=ctx.device,
-    )
 
     def full(param: Any) -> Any:
+        # ZeRO stage 0 keeps no fp32 master DeepSpeed can map back (None): the parameter itself is whole there.
         value = safe_get_full_fp32_param(param)
+        if value is None and not hasattr(param, "ds_id"):
+            value = param
         return None if value is None else value.detach().float().clone()
 
     def grad_norm(param: Any) -> float | None:
@@ -115,9 +116,8 @@ def train_ulysses(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> 
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
     engine.train()
     ctx.meters.training_begins()
-    for batch in loader:
+    for _ in range(ctx.steps):
         ctx.meters.resume()
-        batch = {k: v.to(ctx.device) for k, v in batch.items()}
         shift_labels = batch["shift_labels"]
         outputs = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
         shard_loss = engine.module.loss_function(
