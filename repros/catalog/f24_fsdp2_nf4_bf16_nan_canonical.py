@@ -13,7 +13,8 @@ size 1 already (bitsandbytes#1945, open: "a PyTorch FSDP2 / DTensor issue"; a se
 It cannot occur on a CPU: there the parameter swap copies bit for bit (tried 2026-11-27, torch 2.13.0+cpu,
 bitsandbytes 0.50.2, world size 1: 12 of 18432 packed elements were bf16 NaN patterns, and the logits after
 ``fully_shard`` equalled those before, max difference 0.0). On a CPU both modes are INFRA with that reason; a
-GPU runner runs them for real (their CUDA outcome has no expectation yet: what a runner sees is the finding).
+GPU runner runs them for real. The CUDA path has not run yet (the task that wrote it was lent no GPU): its
+CUDA outcomes have no expectation, and what a runner sees is the finding.
 
 bug:   the tiny Qwen2 loaded 4-bit (NF4) with ``bnb_4bit_quant_storage=bfloat16``, logits on the fixed batch,
        ``fully_shard`` on each decoder layer and the root (the fixed trainer's FSDP2 wrapping), logits again:

@@ -14,7 +14,8 @@ compatible DistributedType.FSDP (version 2) ... but got DistributedType.MULTI_CP
 accelerate 1.12.0, torch 2.13.0+cpu, 2 ranks on gloo), and torch's ``context_parallel`` shards attention only
 through the SDPA flash and efficient kernels (CUDA). It needs two GPUs at least (the context-parallel degree is
 the world size), so the one GPU this project is lent cannot show it either. On a CPU both modes are INFRA with
-that reason; a runner with two GPUs runs them (their CUDA outcomes have no expectation yet: the finding).
+that reason; a runner with two GPUs runs them. The CUDA path has not run yet (no GPU was lent to the task that
+wrote it): its CUDA outcomes have no expectation, and what a runner sees is the finding.
 
 bug:   tiny Qwen2, LoRA r=8 on q/v, accelerate's FSDP2 plugin with ``ParallelismConfig(cp_size=world size)``, each
        step's forward and backward inside ``maybe_context_parallel`` (``repros/trainer/accelerate_cp.py``).

@@ -23,10 +23,10 @@ def check_sharded_forward(scenario: Scenario, ctx: Any) -> None:
     from repros.trainer.quantized import load_quantized_tiny_qwen2
     from repros.trainer.tiny_models import fixed_batch, model_inputs
 
+    # Placed as transformers places a quantized model (a GPU rank's current device), as the fixed trainer loads it.
     model = load_quantized_tiny_qwen2(
         "nf4", no_repack=scenario.bnb_no_repack, quant_storage=scenario.bnb_4bit_quant_storage
     )
-    model.to(ctx.device)
     packed = [m.weight for m in model.modules() if type(m).__name__ == "Linear4bit"]
     nan_patterns = sum(int(torch.isnan(w.data).sum()) for w in packed if w.dtype.is_floating_point)
     batch = fixed_batch(ctx.rank).to(ctx.device)
