@@ -209,6 +209,11 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
     assert {r["family"] for r in f23} == {"llava"}, log
     f19 = find(records, "F19", "bug", transformers="5.23.0", deepspeed="0.19.8")
     assert f19["outcome"] == "INFRA" and "needs CUDA" in f19["reasons"][0], log
+    # F30 in its own ci cell: peft 0.18.1 beside torchao 0.18.0 (the only ci cell with torchao).
+    f30 = find(records, "F30", "bug", peft="0.18.1")
+    assert (f30["outcome"], f30["signature"]) == ("REPRODUCED", "F30.laqt-import"), log
+    assert f30["versions"]["torchao"] == "0.18.0"
+    assert "peft-torchao-dispatch-checked" in {g["id"] for g in find(records, "F30", "fixed", peft="0.18.1")["guards"]}
     for repro in ("F24", "F25", "F28"):
         (cuda_only,) = [r for r in ran(records) if r["repro"] == repro and r["mode"] == "bug"]
         assert cuda_only["outcome"] == "INFRA" and f"{repro} needs CUDA" in cuda_only["reasons"][0], log
