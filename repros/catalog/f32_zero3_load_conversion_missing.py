@@ -1,18 +1,20 @@
 """F32 - transformers 5 loading a published MoE checkpoint under ZeRO-3: the weights stay random (``MISSING``).
 
-transformers 5 changed how many models hold their weights (a mixture of experts' layer keeps its experts
-in fused 3D tensors) and converts a checkpoint written in the published layout as it loads (renamings and
-merges from ``conversion_mapping``: Mixtral's ``block_sparse_moe.experts.E.w1/w3`` merged into
+transformers 5 changed how many models hold their weights (a mixture of experts' layer keeps its experts in
+fused 3D tensors) and converts a checkpoint written in the published layout as it loads (renamings and merges
+from ``conversion_mapping``: Mixtral's ``block_sparse_moe.experts.E.w1/w3`` merged into
 ``mlp.experts.gate_up_proj``). A model built under ZeRO-3's ``zero.Init`` is loaded by another path,
-``_load_state_dict_into_zero3_model``, which in transformers 5.0.0 applies no conversion at all: nothing in
-the checkpoint matches the model's names, the load report lists every parameter ``MISSING``, and training
-starts from the random initialization without an error (a real model's loss near 30: transformers#43940,
-DeepSpeed#7848, TRL's Qwen3-MoE, transformers#43257). PR #43303 (5.1.0) passes the conversion to that path,
-but its helper unpacks the converter's result as ``(tensors, errors)`` while the converter returns the
-tensors alone: 5.1.x raises ``RuntimeError: Failed to apply weight conversion ... not enough values to
-unpack``; PR #43964 (5.2.0) fixes that. Later reports of the same symptom on multimodal models
-(Qwen3.5, transformers#45313; Gemma 4, #45397: their language and vision towers' renamings) are model-specific
-and need those models, which the tiny families here are not.
+``_load_state_dict_into_zero3_model``, which in transformers 5.0.0 does not load a checkpoint whose model has a
+conversion mapping as it should: measured here, the load report lists every parameter but the fused experts
+``MISSING`` (the attention, the router, the embeddings and the head), 12 of the tiny Mixtral's 21 parameters
+stay at their random initialization (its 5 norms are ones either way), and training starts from there without an
+error (a real model's loss near 30: transformers#43940, DeepSpeed#7848; TRL's Qwen3-MoE, transformers#43257). A
+dense Qwen2 checkpoint, which needs no conversion, loads whole under ``zero.Init`` on 5.0.0 (measured). PR
+#43303 (5.1.0) passes the conversion to that path, but its helper unpacks the converter's result as ``(tensors,
+errors)`` while the converter returns the tensors alone: 5.1.x raises ``RuntimeError: Failed to apply weight
+conversion ... not enough values to unpack``; PR #43964 (5.2.0) fixes that. Later reports of the same symptom on
+multimodal models (Qwen3.5, transformers#45313; Gemma 4, #45397: their language and vision towers' renamings)
+are model-specific and need those models, which the tiny families here are not.
 
 Observed here, silently: the loaded model is compared with the same checkpoint loaded whole, outside ZeRO-3
 (``repros/trainer/moe_checkpoint.py``), and any difference is ``LoadedNotCheckpoint``.
