@@ -41,7 +41,7 @@ SCENARIO = Scenario(
 _ESTABLISHED = (
     "python -m harness run --cells sp-ds-0.18.1,sp-ds-0.18.3,current-new-paths --repros F26,F27 (2026-11-27); "
     "python -m harness bisect --repro F26 --mode bug --package deepspeed --good 0.18.4 --bad 0.18.3 "
-    "--cell sp-ds-0.18.3 -> first good: deepspeed==0.18.4"
+    "--cell sp-ds-0.18.3 -> first good: deepspeed==0.18.4 (2 steps, 513 s)"
 )
 
 SPEC = ReproSpec(

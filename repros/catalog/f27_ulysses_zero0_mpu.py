@@ -43,7 +43,7 @@ SCENARIO = Scenario(
 _ESTABLISHED = (
     "python -m harness run --cells sp-ds-0.18.1,sp-ds-0.18.3,current-new-paths --repros F26,F27 (2026-11-27); "
     "python -m harness bisect --repro F27 --mode bug --package deepspeed --good 0.18.2 --bad 0.18.1 "
-    "--cell sp-ds-0.18.1 -> first good: deepspeed==0.18.2"
+    "--cell sp-ds-0.18.1 -> first good: deepspeed==0.18.2 (2 steps, 378 s)"
 )
 
 SPEC = ReproSpec(

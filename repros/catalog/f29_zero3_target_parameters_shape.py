@@ -54,7 +54,7 @@ def _wraps_parameters_zero_init(facts: Mapping[str, Any]) -> bool:
 _ESTABLISHED = (
     "python -m harness run --cells peft-0.20.0,current-new-paths --repros F29 (2026-11-27); python -m harness "
     "bisect --repro F29 --mode bug --package peft --good 0.21.0 --bad 0.20.0 --cell peft-0.20.0 -> first good: "
-    "peft==0.21.0"
+    "peft==0.21.0 (2 steps, 643 s)"
 )
 
 SPEC = ReproSpec(

@@ -41,8 +41,9 @@ NO_TORCHAO = "torchao is not installed in this cell: F30 needs it installed besi
 _ESTABLISHED = (
     "python -m harness run --cells torchao-peft-0.18.1,torchao-0.18 --repros F30 (2026-11-27); "
     "python -m harness bisect --repro F30 --mode bug --package peft --good 0.19.0 --bad 0.18.1 "
-    "--cell torchao-peft-0.18.1 -> first good: peft==0.19.0; python -m harness bisect --repro F30 --mode bug "
-    "--package torchao --good 0.17.0 --bad 0.18.0 --cell torchao-peft-0.18.1 -> first bad: torchao==0.18.0"
+    "--cell torchao-peft-0.18.1 -> first good: peft==0.19.0 (2 steps, 318 s); "
+    "python -m harness bisect --repro F30 --mode bug --package torchao --good 0.17.0 --bad 0.18.0 "
+    "--cell torchao-peft-0.18.1 -> first bad: torchao==0.18.0 (2 steps, 277 s)"
 )
 
 SPEC = ReproSpec(

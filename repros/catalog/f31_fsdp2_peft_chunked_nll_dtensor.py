@@ -41,7 +41,8 @@ NO_TRL = "trl is not installed in this cell (F31 patches the model with TRL's ow
 _ESTABLISHED = (
     "python -m harness run --cells trl-1.6.0-fsdp2,trl-1.7.0-fsdp2 --repros F31 (2026-11-27); python -m harness "
     "bisect --repro F31 --mode bug --package trl --good 1.7.0 --bad 1.6.0 --cell trl-1.6.0-fsdp2 -> first good: "
-    "trl==1.7.0; by hand (torchrun, 2 ranks, gloo): trl 1.4.0 fails alike, 1.8.0, 1.9.0 and 1.10.0 train"
+    "trl==1.7.0 (2 steps, 50 s); by hand (torchrun, 2 ranks, gloo, transformers 5.5.4): trl 1.4.0 fails alike, "
+    "1.8.0, 1.9.0 and 1.10.0 train"
 )
 
 SPEC = ReproSpec(

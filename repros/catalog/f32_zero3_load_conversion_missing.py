@@ -48,7 +48,7 @@ SCENARIO = Scenario(
 _ESTABLISHED = (
     "python -m harness run --cells tf-5.0.0,tf-5.1.0,current-new-paths --repros F32 (2026-11-27); python -m harness "
     "bisect --repro F32 --mode bug --package transformers --good 5.2.0 --bad 5.1.0 --cell tf-5.1.0 -> first good: "
-    "transformers==5.2.0"
+    "transformers==5.2.0 (2 steps, 276 s)"
 )
 
 SPEC = ReproSpec(
