@@ -338,20 +338,19 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     for i, raw in enumerate(data.get("exclude") or []):
         if "cell" in raw and raw["cell"] not in cells:
             raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", one_of(raw["cell"], cells))
-        if "repro" in raw and raw["repro"] not in known_repros:
-            raise UserError(
-                path,
-                f"exclude[{i}].repro",
-                f"unknown repro {raw['repro']!r}",
-                unknown_repro_fix(raw["repro"], known_repros),
-            )
+        # ``repro`` names one repro or a list of them (one exclusion each, the same reason).
+        named_repros = raw.get("repro")
+        listed = named_repros if isinstance(named_repros, list) else [named_repros]
+        for j, repro in enumerate(listed):
+            if repro is not None and repro not in known_repros:
+                field = f"exclude[{i}].repro" + (f"[{j}]" if isinstance(named_repros, list) else "")
+                raise UserError(path, field, f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
         if "mode" in raw and raw["mode"] not in known_modes:
             raise UserError(
                 path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
             )
-        excludes.append(
-            Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=raw.get("repro"), mode=raw.get("mode"))
-        )
+        for repro in listed:
+            excludes.append(Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=repro, mode=raw.get("mode")))
 
     default_lane = data.get("default_lane")
     if default_lane is not None and default_lane not in lanes:

@@ -32,8 +32,6 @@ fixed: the same with the fixed trainer's guards (``zero3-no-shared-rotary-fn`` o
 
 from __future__ import annotations
 
-from typing import Any
-
 from repros.catalog._stacks import TRL_TF_5_5_3
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
@@ -107,24 +105,6 @@ SPEC = ReproSpec(
 )
 
 
-def _tokenizer() -> Any:
-    """A word-level tokenizer over the tiny model's vocabulary (``w3`` .. ``w127``), made here: no hub."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from repros.trainer.tiny_models import VOCAB_SIZE
-
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {f"w{i}": i for i in range(3, VOCAB_SIZE)}
-    raw = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-
-
-def length_reward(completions: list[Any], **_: Any) -> list[float]:
-    """The reward: a completion's length in characters (a plain function, no reward model)."""
-    return [float(len(str(c))) for c in completions]
-
-
 def run(ctx: RankContext) -> None:
     import dataclasses
     from importlib import metadata
@@ -163,73 +143,6 @@ def run(ctx: RankContext) -> None:
         from repros.trainer.kernel_funcs import drop_kernel_func_children
 
         drop_kernel_func_children()
-    train_grpo(ctx, effective)
+    from repros.trainer.grpo import train_grpo
 
-
-def train_grpo(ctx: RankContext, scenario: Any) -> None:
-    import torch.distributed as dist
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from repros.trainer import adapter_io
-    from repros.trainer.hf_trainer import trainer_deepspeed_config
-
-    with adapter_io.shared_workdir() as work:
-        base_dir = adapter_io.save_base_checkpoint(work)
-        tokenizer = _tokenizer()
-        prompts = [" ".join(f"w{3 + (i * 7 + j) % 100}" for j in range(4)) for i in range(8)]
-        args = GRPOConfig(
-            output_dir=str(work / "grpo"),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_completion_length=6,
-            max_steps=ctx.steps,
-            learning_rate=1e-4,
-            # The config's WarmupLR needs at least one warm-up step (DeepSpeed >= 0.19 refuses 0).
-            warmup_steps=1,
-            beta=BETA,
-            bf16=scenario.bf16,
-            use_cpu=ctx.device_type == "cpu",
-            deepspeed=trainer_deepspeed_config(scenario),
-            # On a CPU accelerate's distributed type is not one TRL clears device_map for.
-            model_init_kwargs={"device_map": None},
-            report_to=[],
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            dataloader_pin_memory=False,
-        )
-        losses: list[float] = []
-
-        class _Steps(TrainerCallback):
-            def on_train_begin(self, *a: Any, **kw: Any) -> None:
-                ctx.meters.training_begins()
-
-            def on_step_begin(self, *a: Any, **kw: Any) -> None:
-                ctx.meters.resume()
-
-            def on_step_end(self, *a: Any, **kw: Any) -> None:
-                ctx.meters.pause()
-                ctx.meters.end_step()
-
-            def on_log(self, _args: Any, _state: Any, _control: Any, logs: Any = None, **kw: Any) -> None:
-                if logs and "loss" in logs:
-                    losses.append(float(logs["loss"]))
-
-        trainer = GRPOTrainer(
-            model=str(base_dir),
-            reward_funcs=length_reward,
-            args=args,
-            train_dataset=Dataset.from_dict({"prompt": prompts}),
-            processing_class=tokenizer,
-            callbacks=[_Steps()],
-        )
-        ctx.facts["reference_model"] = trainer.ref_model is not None
-        trainer.train()
-        steps = int(trainer.state.global_step)
-        ctx.facts["grpo"] = {"steps": steps, "losses": losses}
-        if steps != ctx.steps:
-            raise RuntimeError(f"GRPO stopped after {steps} of {ctx.steps} steps")
-        if dist.is_initialized():
-            dist.barrier()
+    train_grpo(ctx, effective, beta=BETA)

@@ -143,7 +143,7 @@ class WorldSizes:
 ANY_WORLD_SIZE = WorldSizes()
 
 #: The packages whose versions every record carries (``repros/runtime/context.py`` reads them).
-TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes")
+TRACKED_PACKAGES = ("torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes", "torchao", "trl")
 #: What a stack's specifier may look like here (``packaging`` checks it on the orchestrator's side).
 _SPECIFIER = re.compile(r"[=<>!~][=<>!~]?=?\s*[A-Za-z0-9.*+!_-]+(\s*,\s*[=<>!~][=<>!~]?=?\s*[A-Za-z0-9.*+!_-]+)*")
 

@@ -55,22 +55,32 @@ def shared_workdir() -> Iterator[Path]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def save_base_checkpoint(work: Path) -> Path:
-    """The tiny base model written as a checkpoint (rank 0), for ``from_pretrained`` on every rank."""
+def save_base_checkpoint(work: Path, scenario: Any = None) -> Path:
+    """The tiny base model written as a checkpoint (rank 0), for ``from_pretrained`` on every rank: the scenario's
+    mixture of experts where it trains one (``moe_experts``; ``repros/trainer/moe_checkpoint.py``)."""
     from repros.trainer.tiny_models import tiny_qwen2
 
     base_dir = work / "base"
     if _rank() == 0:
-        tiny_qwen2().save_pretrained(str(base_dir))
+        if scenario is not None and scenario.moe_experts:
+            from repros.trainer.moe_checkpoint import save_moe_checkpoint
+
+            save_moe_checkpoint(base_dir, scenario.moe_experts, scenario.moe_checkpoint_per_expert)
+        else:
+            tiny_qwen2().save_pretrained(str(base_dir))
     _barrier()
     return base_dir
 
 
 def load_base(base_dir: Path) -> Any:
     """The base checkpoint loaded with the item's family's class (``AutoModelForCausalLM`` does not map a
-    VLM's config) and the attention implementation the family trains with."""
+    VLM's config) and the attention implementation the family trains with; a mixture-of-experts checkpoint
+    with its own class."""
+    from repros.trainer.moe_checkpoint import is_moe_checkpoint, load_moe
     from repros.trainer.tiny_models import load_pretrained
 
+    if is_moe_checkpoint(base_dir):
+        return load_moe(base_dir)
     return load_pretrained(str(base_dir))
 
 

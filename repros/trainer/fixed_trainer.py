@@ -173,7 +173,7 @@ class _FSDP2Engine(_AutocastEngine):
             self.model = model
         else:
             policy = mixed_precision_policy(torch.bfloat16) if scenario.bf16 else None
-            for layer in _decoder_layers(model):
+            for layer in decoder_layers(model):
                 fully_shard(layer, **({"mp_policy": policy} if policy else {}))
             root_policy = policy if scenario.fsdp_root_mixed_precision else None
             fully_shard(model, **({"mp_policy": root_policy} if root_policy else {}))
@@ -229,7 +229,7 @@ class _FSDP1Engine(_AutocastEngine):
         return full_grad_norms(self.wrapped, [name for name, _ in adapters])
 
 
-def _decoder_layers(model: Any) -> Iterator[Any]:
+def decoder_layers(model: Any) -> Iterator[Any]:
     """The language model's decoder layers, each FSDP2's unit (``tiny_models.is_decoder_layer``: every
     family's; a VLM's frozen vision tower stays in the root's unit)."""
     for module in model.modules():
@@ -288,21 +288,24 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
         or effective.trainer_loop == "hf"
         or effective.fsdp_cpu_ram_efficient_loading
         or effective.fsdp2_trainer_adapter_checkpoint
+        or effective.moe_checkpoint_per_expert
     ):
         return _train_own(effective, ctx)
     with adapter_io.shared_workdir() as work:
-        base_dir = adapter_io.save_base_checkpoint(work)
+        base_dir = adapter_io.save_base_checkpoint(work, effective)
+        # A mixture-of-experts checkpoint is checked as loaded against itself loaded whole (F32's silent form).
+        reference = _moe_reference(effective, base_dir)
         if effective.trainer_loop == "hf":
             trained = train_hf(effective, ctx, work, base_dir)
         elif effective.zero_init:
             with adapter_io.zero_init(deepspeed_config(effective)):
-                trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+                trained = _train_own(effective, ctx, base=_loaded(base_dir, reference, ctx))
         elif effective.fsdp_cpu_ram_efficient_loading:
             from repros.trainer.fsdp_loading import load_base_ram_efficient
 
             trained = _train_own(effective, ctx, base=load_base_ram_efficient(base_dir, ctx.facts))
         else:
-            trained = _train_own(effective, ctx, base=adapter_io.load_base(base_dir))
+            trained = _train_own(effective, ctx, base=_loaded(base_dir, reference, ctx))
         if effective.save_adapter:
             adapter_io.save_and_check(trained, effective, ctx, work, base_dir)
         if effective.fsdp2_trainer_adapter_checkpoint:
@@ -317,6 +320,24 @@ def train(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> Trained:
     return trained
 
 
+def _moe_reference(scenario: Scenario, base_dir: Any) -> dict[str, Any] | None:
+    if not scenario.moe_experts or scenario.trainer_loop == "hf":
+        return None
+    from repros.trainer.moe_checkpoint import reference_state
+
+    return reference_state(base_dir)
+
+
+def _loaded(base_dir: Any, reference: dict[str, Any] | None, ctx: RankContext) -> Any:
+    """The base checkpoint as the scenario loads it; checked against ``reference`` where there is one."""
+    base = adapter_io.load_base(base_dir)
+    if reference is not None:
+        from repros.trainer.moe_checkpoint import check_loaded_as_saved
+
+        check_loaded_as_saved(base, reference, ctx.facts)
+    return base
+
+
 def dist_initialized() -> bool:
     import torch.distributed as dist
 
@@ -324,8 +345,18 @@ def dist_initialized() -> bool:
 
 
 def _train_own(effective: Scenario, ctx: RankContext, base: Any = None) -> Trained:
+    # What a signature may need if attaching the adapter fails (replaced by the full facts once it is built).
+    ctx.facts["scenario_facts"] = {
+        "engine": effective.engine,
+        "zero_init": effective.zero_init,
+        "target_parameters": list(effective.target_parameters),
+    }
     model = build_model(effective, base=base)
     ctx.facts["scenario_facts"] = scenario_facts(effective, model)
+    if effective.trl_chunked_nll:
+        from repros.trainer.trl_chunked_loss import patch_chunked_nll
+
+        patch_chunked_nll(model)
     engine = _ENGINES[effective.engine](effective, ctx, model)
     if effective.compile_model:
         import torch

@@ -46,6 +46,30 @@ Guards (each recorded by id, with its reason, in the result):
   storage refuse ("only Tensors of floating point dtype can require gradients"; F14, torch PR #177948;
   accelerate from 1.14.0, PR #3987, leaves them out of the sharding); store the 4-bit weights in the
   compute dtype (``bnb_4bit_quant_storage=torch.bfloat16``), as the QLoRA-with-FSDP recipes do.
+- ``peft-torchao-dispatch-checked``: PEFT before 0.19.0 imports ``LinearActivationQuantizedTensor`` in LoRA's
+  torchao dispatcher, which every plain linear layer reaches while torchao is installed; torchao 0.18.0
+  removed the class, so 16-bit LoRA cannot be created (``ImportError``; QLoRA's layers match bitsandbytes'
+  dispatcher first) (F30, PEFT PR #3140): consult that dispatcher only for a weight that is a torchao
+  tensor. It costs nothing measurable.
+- ``bnb-4bit-uint8-storage-fsdp2``: bitsandbytes packs two 4-bit indices a byte; stored in bfloat16 (the QLoRA-with-
+  FSDP recipes' ``bnb_4bit_quant_storage``), about 0.1 % of the packed elements are bf16 NaN bit patterns, which
+  FSDP2's parameter swap on CUDA rewrites to one canonical NaN, so the 4-bit weights decode to other values and
+  the forward is silently wrong (F24, bitsandbytes#1945, open; a CPU copies them bit for bit): on torch >= 2.12,
+  which shards uint8 (F14's fix), keep bitsandbytes' ``uint8`` storage. (On torch < 2.12 F14's guard must store
+  them in bfloat16: on CUDA that meets this failure; no guard covers both there.)
+- ``liger-loss-off-under-zero3``: TRL before 1.6.0 (GRPO; DPO and KTO before 1.9.0) passes Liger's fused linear
+  loss ``unwrapped_model.lm_head.weight`` itself, outside the model's forward, so ZeRO-3's gather hook never fires
+  and the kernel multiplies with an empty shard (``size mismatch, got input (...), vec (0)``; F25, TRL#3368/#4544,
+  PR #5891): train without Liger's loss (the logits materialized whole: more activation memory).
+- ``accelerate-cp-context``: accelerate 1.12.x's ``_prepare_cp`` returns early when the parallelism config's
+  ``sp_backend`` is ``"deepspeed"``, its default even with no sequence parallelism, so FSDP2 context parallelism
+  never builds ``_cp_context`` and ``maybe_context_parallel`` raises (F28, accelerate#3856/#3867, PR #3858):
+  clear ``sp_backend`` before ``prepare``. Free.
+- ``trl-nll-under-fsdp2-peft``: TRL 1.4.0 .. 1.6.x's SFT ``loss_type="chunked_nll"`` computes the loss from the
+  hidden states and ``lm_head.weight`` in its own patched forward; under FSDP2 with a PEFT model ``lm_head`` is a
+  sharded unit of its own that forward never enters, so its weight is still a ``DTensor`` beside plain hidden
+  states (``aten.mm.default got mixed torch.Tensor and DTensor``; F31, TRL#6064/#4550, PR #6065): the plain
+  ``nll`` loss (the logits materialized whole: more activation memory).
 - ``bnb-cpu-no-repack``: bitsandbytes on an AVX512-BF16 CPU repacks 4-bit weights in place
   after an eval-mode forward, after which dequantize/merge return wrong weights; turn the
   repacking off on every ``Linear4bit``.
@@ -67,6 +91,25 @@ Guards (each recorded by id, with its reason, in the result):
   (``deepspeed.utils.set_z3_leaf_modules``), as DeepSpeed itself does for Mixtral and Qwen2/3-MoE from
   0.18.0 on (PR #7604). It applies to a Mixtral scenario (``moe_experts``) and to an item of an MoE
   family (Qwen2-MoE: its ``Qwen2MoeSparseMoeBlock`` is marked leaf).
+- ``zero3-target-parameters-load-whole``: PEFT before 0.21.0 reads ``param.shape`` when LoRA's ``ParamWrapper``
+  wraps a parameter named in ``target_parameters`` (a mixture of experts' fused expert weights); a model ZeRO-3
+  partitioned as it loaded (``zero.Init``) has an empty shape there (``IndexError: tuple index out of range``,
+  F29, peft#2916, PEFT PR #3576): load the model whole, attach the adapter, and let ``deepspeed.initialize``
+  partition it (each rank holds the whole model while it loads).
+- ``zero3-load-whole-then-partition``: transformers 5.0.0 .. 5.1.x load a checkpoint that needs transformers 5's
+  weight conversion (a published Mixtral's per-expert layout) into a ``zero.Init`` model without converting it:
+  5.0.0 leaves every weight at its random initialization (``MISSING`` rows in the load report, no error), 5.1.x
+  raises "Failed to apply weight conversion" (F32, transformers#43940, PRs #43303 and #43964): load it whole
+  (converted), and let ``deepspeed.initialize`` partition it (each rank holds the whole model while it loads).
+- ``ulysses-register-base-model``: DeepSpeed 0.17.0 .. 0.18.3's ``UlyssesSPAttentionHF.register_with_transformers``
+  takes its model argument for a model only when it is a ``PreTrainedModel``; a PEFT model (what accelerate's and
+  transformers' ALST integration hand it) goes to ``AutoConfig.from_pretrained`` as a name (``TypeError: expected
+  str, bytes or os.PathLike object, not PeftModel``; F26, DeepSpeed#7729, PR #7737): register the transformers
+  model inside it (``get_base_model()``). Free.
+- ``ulysses-zero1-not-zero0``: DeepSpeed 0.17.0 .. 0.18.1 with Ulysses and ZeRO stage 0 in bf16: the optimizer
+  wrapper asks its mpu (Ulysses' ``parallel_state_sp``) for the deprecated ``get_model_parallel_rank`` (or
+  ``_group``), which it does not have before PR #7649 (F27, DeepSpeed#7833): ZeRO stage 1, whose optimizer never
+  asks (optimizer states partitioned: less memory per rank, a gather after each step).
 - ``family-target-modules``: LoRA target names written for a Llama mean something else, or nothing, in
   another family: Phi-3 fuses query, key and value into ``qkv_proj`` and gate and up into
   ``gate_up_proj`` (PEFT raises only when no name matches; with ``o_proj``/``down_proj`` among them it
@@ -169,9 +212,44 @@ TORCH_FSDP2_NONFLOAT_PARAMS = Version("2.12.0")
 #: ``fully_shard`` (its ``ignored_params``).
 ACCELERATE_FSDP2_IGNORES_PARAMS4BIT = Version("1.14.0")
 
+#: PEFT PR #3140 (0.19.0): LoRA's torchao dispatcher checks ``torchao.utils.TorchAOBaseTensor`` instead of
+#: importing ``LinearActivationQuantizedTensor``. Bisected by F30 (repros/catalog/f30_peft_torchao_import.py).
+PEFT_TORCHAO_BASE_TENSOR_DISPATCH = Version("0.19.0")
+#: torchao 0.18.0 removed ``LinearActivationQuantizedTensor``. Bisected by F30.
+TORCHAO_WITHOUT_LAQT = Version("0.18.0")
+
+#: PEFT PR #3576 (0.21.0): LoRA's ``ParamWrapper`` (``target_parameters``) reads a ZeRO-3 partitioned parameter's
+#: shape from ``ds_shape``. Bisected by F29 (repros/catalog/f29_zero3_target_parameters_shape.py).
+PEFT_PARAM_WRAPPER_DS_SHAPE = Version("0.21.0")
+#: transformers 5.0.0 loads a checkpoint that needs its weight conversion (a published MoE's per-expert layout)
+#: into a ZeRO-3 partitioned model without converting it (PR #43303, 5.1.0, converts; its helper broke on the
+#: converter's return shape until PR #43964, 5.2.0). Bisected by F32
+#: (repros/catalog/f32_zero3_load_conversion_missing.py).
+TRANSFORMERS_Z3_CONVERSION_BROKEN = (Version("5.0.0.dev0"), Version("5.2.0"))
+
+#: DeepSpeed PR #7737 (0.18.4): ``register_with_transformers`` takes any model with a ``config`` (a PEFT model),
+#: not only a ``PreTrainedModel``. Bisected by F26 (repros/catalog/f26_ulysses_peft_register.py).
+DEEPSPEED_ULYSSES_REGISTERS_PEFT_MODEL = Version("0.18.4")
+#: DeepSpeed PR #7649 (0.18.2): Ulysses' ``parallel_state_sp`` has ``get_model_parallel_rank``, which ZeRO stage 0's
+#: bf16 optimizer asks of its mpu. Bisected by F27 (repros/catalog/f27_ulysses_zero0_mpu.py).
+DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK = Version("0.18.2")
+
+#: TRL PR #5891 (1.6.0): GRPO gathers ``lm_head`` under ZeRO-3 before Liger's fused loss reads it (DPO/KTO: PR #6372,
+#: 1.9.0). Read from TRL's history; F25 needs CUDA (repros/catalog/f25_zero3_liger_lm_head_shard.py).
+TRL_GRPO_LIGER_ZERO3_GATHER = Version("1.6.0")
+
+#: accelerate PR #3817 (1.12.0) made ``_prepare_cp`` return early for ``sp_backend == "deepspeed"`` (the default);
+#: PR #3858 (1.13.0) removed that check. Read from accelerate's history; F28 needs CUDA.
+ACCELERATE_CP_SKIPPED = (Version("1.12.0"), Version("1.13.0"))
+
+#: TRL releases whose SFT ``chunked_nll`` loss multiplies the hidden states by ``lm_head.weight`` still a sharded
+#: DTensor under FSDP2 with a PEFT model: from 1.4.0 (PR #5575/#5676) to 1.7.0 (PR #6065). Bisected by F31
+#: (repros/catalog/f31_fsdp2_peft_chunked_nll_dtensor.py).
+TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN = (Version("1.4.0"), Version("1.7.0"))
+
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
-GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes", "accelerate")
+GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes", "accelerate", "torchao", "trl")
 
 
 @dataclass(frozen=True)
@@ -358,6 +436,78 @@ def _zero3_shared_kernel_func(s: Scenario, v: Versions) -> bool:
     )
 
 
+def _peft_torchao_dispatch_imports_removed_class(s: Scenario, v: Versions) -> bool:
+    peft, torchao = v.get("peft"), v.get("torchao")
+    return (
+        s.lora_impl == "peft"
+        and not s.peft_torchao_dispatch_checked
+        and peft is not None
+        and peft < PEFT_TORCHAO_BASE_TENSOR_DISPATCH
+        and torchao is not None
+        and torchao >= TORCHAO_WITHOUT_LAQT
+    )
+
+
+def _zero3_param_wrapper_empty_shape(s: Scenario, v: Versions) -> bool:
+    peft = v.get("peft")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and bool(s.target_parameters)
+        and peft is not None
+        and peft < PEFT_PARAM_WRAPPER_DS_SHAPE
+    )
+
+
+def _zero3_load_skips_conversion(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_Z3_CONVERSION_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and s.moe_checkpoint_per_expert
+        and transformers is not None
+        and low <= transformers < high
+    )
+
+
+def _ulysses_registers_peft_model(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.sequence_parallel
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.ulysses_register_base_model
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_ULYSSES_REGISTERS_PEFT_MODEL
+    )
+
+
+def _ulysses_zero0_bf16_asks_model_parallel_rank(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.sequence_parallel
+        and s.zero_stage == 0
+        and s.bf16
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK
+    )
+
+
+def _fsdp2_4bit_float_storage(s: Scenario, v: Versions) -> bool:
+    """FSDP2 on a torch that can shard uint8 (>= 2.12) handed 4-bit weights packed in bfloat16 (F24)."""
+    torch = v.get("torch")
+    return (
+        s.engine == "fsdp2"
+        and s.quantization == "nf4"
+        and s.bnb_4bit_quant_storage not in (None, "uint8")
+        and torch is not None
+        and torch >= TORCH_FSDP2_NONFLOAT_PARAMS
+    )
+
+
 GUARDS: tuple[GuardRule, ...] = (
     GuardRule(
         "use-cache-off",
@@ -466,6 +616,80 @@ GUARDS: tuple[GuardRule, ...] = (
         ),
     ),
     GuardRule(
+        "peft-torchao-dispatch-checked",
+        "F30",
+        _peft_torchao_dispatch_imports_removed_class,
+        {"peft_torchao_dispatch_checked": True},
+        lambda v: (
+            f"peft {v.get('peft')} < {PEFT_TORCHAO_BASE_TENSOR_DISPATCH} imports LinearActivationQuantizedTensor in "
+            f"its torchao dispatcher for every plain linear layer, and torchao {v.get('torchao')} no longer has it "
+            "(F30, PEFT PR #3140): consult that dispatcher only for torchao weights, as PEFT 0.19.0 does"
+        ),
+    ),
+    GuardRule(
+        "bnb-4bit-uint8-storage-fsdp2",
+        "F24",
+        _fsdp2_4bit_float_storage,
+        {"bnb_4bit_quant_storage": "uint8"},
+        lambda v: (
+            f"FSDP2 on CUDA rewrites every bf16 NaN bit pattern its parameter swap copies, and 4-bit weights packed "
+            f"in bfloat16 hold some: the forward silently changes (F24, bitsandbytes#1945, open); torch "
+            f"{v.get('torch')} >= {TORCH_FSDP2_NONFLOAT_PARAMS} shards uint8 storage, which no float path touches"
+        ),
+    ),
+    GuardRule(
+        "liger-loss-off-under-zero3",
+        "F25",
+        lambda s, v: (
+            s.liger_loss
+            and s.engine == "deepspeed"
+            and s.zero_stage == 3
+            and (trl := v.get("trl")) is not None
+            and trl < TRL_GRPO_LIGER_ZERO3_GATHER
+        ),
+        {"liger_loss": False},
+        lambda v: (
+            f"trl {v.get('trl')} < {TRL_GRPO_LIGER_ZERO3_GATHER} hands Liger's fused loss lm_head.weight as ZeRO-3 "
+            "left "
+            "it (an empty shard: 'size mismatch ... vec (0)', F25, TRL#3368, PR #5891): train GRPO without Liger's "
+            "loss (the full logits are materialized: more activation memory)"
+        ),
+    ),
+    GuardRule(
+        "accelerate-cp-context",
+        "F28",
+        lambda s, v: (
+            s.context_parallel
+            and not s.accelerate_cp_clear_sp_backend
+            and (accelerate := v.get("accelerate")) is not None
+            and ACCELERATE_CP_SKIPPED[0] <= accelerate < ACCELERATE_CP_SKIPPED[1]
+        ),
+        {"accelerate_cp_clear_sp_backend": True},
+        lambda v: (
+            f"accelerate {v.get('accelerate')} skips building the context-parallel context when sp_backend is "
+            "'deepspeed', its default ('Accelerator' object has no attribute '_cp_context', F28, accelerate#3856, "
+            "PR #3858): clear sp_backend before prepare (no sequence parallelism is configured)"
+        ),
+    ),
+    GuardRule(
+        "trl-nll-under-fsdp2-peft",
+        "F31",
+        lambda s, v: (
+            s.trl_chunked_nll
+            and s.engine == "fsdp2"
+            and s.lora_impl == "peft"
+            and (trl := v.get("trl")) is not None
+            and TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN[0] <= trl < TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN[1]
+        ),
+        {"trl_chunked_nll": False},
+        lambda v: (
+            f"trl {v.get('trl')} (< {TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN[1]}): SFT's chunked_nll under FSDP2 with a PEFT "
+            "model multiplies plain hidden states by lm_head.weight still a sharded DTensor ('aten.mm.default got "
+            "mixed torch.Tensor and DTensor', F31, TRL#6064, PR #6065): loss_type='nll' (the logits materialized "
+            "whole: more activation memory)"
+        ),
+    ),
+    GuardRule(
         "bnb-cpu-no-repack",
         "",
         lambda s, v: s.quantization == "nf4" and not s.bnb_no_repack,
@@ -507,6 +731,53 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda v: (
             f"deepspeed {v.get('deepspeed')} gathers ZeRO-3 persistent parameters into buffers of the first one's "
             "dtype, and keeps a zero.Init model's float32 adapters beside its bf16 base (F12, DeepSpeed#8072)"
+        ),
+    ),
+    GuardRule(
+        "zero3-target-parameters-load-whole",
+        "F29",
+        _zero3_param_wrapper_empty_shape,
+        {"zero_init": False},
+        lambda v: (
+            f"peft {v.get('peft')} < {PEFT_PARAM_WRAPPER_DS_SHAPE} reads a ZeRO-3 partitioned parameter's shape "
+            "(empty) when it wraps it for target_parameters ('tuple index out of range', F29, PEFT PR #3576): load "
+            "the model whole, attach the adapter, and let deepspeed.initialize partition it"
+        ),
+    ),
+    GuardRule(
+        "zero3-load-whole-then-partition",
+        "F32",
+        _zero3_load_skips_conversion,
+        {"zero_init": False},
+        lambda v: (
+            f"transformers {v.get('transformers')} (>= 5.0, < {TRANSFORMERS_Z3_CONVERSION_BROKEN[1]}) loads a "
+            "checkpoint that needs its weight conversion (a published MoE's per-expert layout) into a zero.Init "
+            "model unconverted: the weights stay random (MISSING) or the conversion raises (F32, transformers "
+            "PR #43303, #43964): load it whole, converted, and let deepspeed.initialize partition it"
+        ),
+    ),
+    GuardRule(
+        "ulysses-register-base-model",
+        "F26",
+        _ulysses_registers_peft_model,
+        {"ulysses_register_base_model": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_ULYSSES_REGISTERS_PEFT_MODEL}: Ulysses' "
+            "register_with_transformers "
+            "takes a model that is not a PreTrainedModel (a PEFT model) for a name and hands it to AutoConfig (F26, "
+            "DeepSpeed#7729, PR #7737): register the transformers model inside it"
+        ),
+    ),
+    GuardRule(
+        "ulysses-zero1-not-zero0",
+        "F27",
+        _ulysses_zero0_bf16_asks_model_parallel_rank,
+        {"zero_stage": 1},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK}: ZeRO stage 0's bf16 "
+            "optimizer asks the Ulysses mpu for get_model_parallel_rank/_group, which it lacks (F27, DeepSpeed#7833, "
+            "PR "
+            "#7649): ZeRO stage 1 (its optimizer never asks; optimizer states partitioned across the ranks)"
         ),
     ),
     GuardRule(

@@ -87,7 +87,9 @@ def lora_config(scenario: Scenario, target_modules: list[str] | None = None) -> 
     scenario's names as written)."""
     from peft import LoraConfig
 
-    extra = {"modules_to_save": list(scenario.modules_to_save)} if scenario.modules_to_save else {}
+    extra: dict[str, Any] = {"modules_to_save": list(scenario.modules_to_save)} if scenario.modules_to_save else {}
+    if scenario.target_parameters:
+        extra["target_parameters"] = list(scenario.target_parameters)
     return LoraConfig(
         r=scenario.lora_r,
         lora_alpha=scenario.lora_alpha,
@@ -102,6 +104,10 @@ def lora_config(scenario: Scenario, target_modules: list[str] | None = None) -> 
 def _attach_peft_adapter(model: Any, scenario: Scenario, targets: list[str]) -> Any:
     from peft import get_peft_model
 
+    if scenario.peft_torchao_dispatch_checked:
+        from repros.trainer.torchao_dispatch import check_torchao_dispatch
+
+        check_torchao_dispatch()
     lora = lora_config(scenario, targets)
     if scenario.peft_wrapping == "add_adapter":
         model.add_adapter(lora)
@@ -140,6 +146,7 @@ def scenario_facts(scenario: Scenario, model: Any) -> dict[str, Any]:
         "fsdp1_use_orig_params": scenario.fsdp1_use_orig_params if scenario.engine == "fsdp1" else None,
         "trainer_loop": scenario.trainer_loop,
         "zero_init": scenario.zero_init,
+        "target_parameters": list(scenario.target_parameters),
         "added_tokens": scenario.add_tokens,
         "modules_to_save": list(scenario.modules_to_save),
         "bf16": scenario.bf16,

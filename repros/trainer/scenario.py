@@ -156,6 +156,36 @@ class Scenario:
     #: under an FSDP2 plugin: transformers' ``Trainer``, ``accelerate launch``) rather than the trainer's
     #: own ``fully_shard`` calls (``repros/trainer/fsdp2_accelerate.py``; F14).
     fsdp2_accelerate_prepare: bool = False
+    #: PEFT's torchao dispatcher consulted only for a layer whose weight is a torchao tensor
+    #: (``repros/trainer/torchao_dispatch.py``; what PEFT 0.19.0 does): before it, the dispatcher imports
+    #: ``LinearActivationQuantizedTensor`` for every plain linear layer, a class torchao 0.18.0 removed (F30).
+    peft_torchao_dispatch_checked: bool = False
+    #: PEFT ``target_parameters``: LoRA on parameters by name (a mixture of experts' fused 3D expert weights,
+    #: ``mlp.experts.gate_up_proj``), each wrapped by PEFT's ``ParamWrapper`` (F29).
+    target_parameters: tuple[str, ...] = ()
+    #: The base checkpoint is written in the layout published mixture-of-experts checkpoints keep (one tensor per
+    #: expert and projection, ``block_sparse_moe.experts.N.w1``), which transformers 5 converts into its fused
+    #: expert weights as it loads (``repros/trainer/moe_checkpoint.py``; F32).
+    moe_checkpoint_per_expert: bool = False
+    #: DeepSpeed only: train with Ulysses sequence parallelism (ALST) over every rank of the item
+    #: (``repros/trainer/ulysses.py``: the degree is the world size) (F26, F27).
+    sequence_parallel: bool = False
+    #: With ``sequence_parallel``: hand ``register_with_transformers`` the transformers model inside the PEFT model
+    #: rather than the PEFT model itself (the ``ulysses-register-base-model`` guard; what DeepSpeed PR #7737 accepts).
+    ulysses_register_base_model: bool = False
+    #: accelerate's FSDP2 context parallelism over every rank of the item (``ParallelismConfig(cp_size=world size)``,
+    #: ``Accelerator.maybe_context_parallel``; ``repros/trainer/accelerate_cp.py``; CUDA only) (F28).
+    context_parallel: bool = False
+    #: With ``context_parallel``: clear the parallelism config's ``sp_backend`` (sequence parallelism is off) before
+    #: ``prepare``, so accelerate 1.12's ``_prepare_cp`` does not skip building the context (the
+    #: ``accelerate-cp-context`` guard; what accelerate PR #3858 does).
+    accelerate_cp_clear_sp_backend: bool = False
+    #: TRL's SFT ``loss_type="chunked_nll"``: the causal LM's forward patched by TRL's ``_patch_chunked_ce_lm_head``
+    #: (the loss computed from the hidden states in chunks against ``lm_head.weight``, the logits never whole), as
+    #: ``SFTTrainer`` patches it (``repros/trainer/trl_chunked_loss.py``) (F31).
+    trl_chunked_nll: bool = False
+    #: TRL's trainers only: ``use_liger_kernel`` (Liger's fused linear + loss kernels, Triton: CUDA only) (F25).
+    liger_loss: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
     #: PEFT's ``lora_dropout`` (the field's recipes use 0.05-0.1; 0: none, ``nn.Identity``).
@@ -186,6 +216,8 @@ class Scenario:
             raise ValueError("trainer_loop 'hf' drives DeepSpeed only")
         if self.save_method not in SAVE_METHODS:
             raise ValueError(f"unknown save_method {self.save_method!r}; known: {SAVE_METHODS}")
+        if self.sequence_parallel and self.engine != "deepspeed":
+            raise ValueError("sequence_parallel (Ulysses) trains on DeepSpeed only")
         if self.compile_model and self.engine not in ("ddp", "fsdp2"):
             raise ValueError("compile_model compiles a DDP or FSDP2 model only")
         if self.family is not None and self.family not in FAMILIES:

@@ -100,6 +100,16 @@ class LoadedNotFinite(Exception):
     checkpoint's (uninitialized placeholders), whatever the loss then showed."""
 
 
+class LoadedNotCheckpoint(Exception):
+    """A model was loaded without an error, but parameters it holds are not the checkpoint's (left at their random
+    initialization: transformers' ``MISSING`` rows), whatever the loss then showed (F32)."""
+
+
+class ShardedForwardDiffers(Exception):
+    """A model's forward gave other logits after FSDP2 sharded it, without an error (its 4-bit weights' bytes
+    changed on the way: F24)."""
+
+
 class SavedAdapterIncomplete(Exception):
     """A checkpoint of the adapter was written without an error, but a tensor in it is not the trained
     adapter's full tensor (a shard of it, or other values)."""

@@ -63,7 +63,7 @@ def test_the_repros_of_a_named_directory_are_the_default_not_f1_to_f5(tmp_path: 
     ("where", "values", "said"),
     [
         ("matrix", {}, "repros[0]: unknown repro 'mnie'; did you mean mine?"),
-        ("--repros", {"repros": ["F99"]}, "--repros: F99: unknown repro; did you mean F9 or F19?"),
+        ("--repros", {"repros": ["F99"]}, "--repros: F99: unknown repro; did you mean F9 or F29 or F19?"),
     ],
 )
 def test_an_unknown_repro_suggests_the_near_names_and_where_a_users_repros_come_from(

@@ -134,6 +134,18 @@ def test_unknown_repro_in_exclude(tmp_path: Path) -> None:
     assert err.field == "exclude[0].repro" and "F9" in err.problem and "F1" in err.fix
 
 
+def test_an_exclude_may_name_a_list_of_repros_each_excluded_with_its_reason(tmp_path: Path) -> None:
+    m = load(write(tmp_path, GOOD.replace("repro: F5", "repro: [F1, F5]")))
+    assert {(e.cell, e.repro, e.reason) for e in m.excludes} == {
+        ("beta", "F1", "needs two ranks"),
+        ("beta", "F5", "needs two ranks"),
+    }
+    assert m.exclusion("beta", "F1", "bug") and m.exclusion("beta", "F5", "fixed")
+    assert m.exclusion("alpha", "F1", "bug") is None
+    err = error_for(tmp_path, GOOD.replace("repro: F5", "repro: [F1, F9]"))
+    assert err.field == "exclude[0].repro[1]" and "F9" in err.problem
+
+
 def test_exclude_needs_a_reason(tmp_path: Path) -> None:
     err = error_for(tmp_path, GOOD.replace(', reason: "needs two ranks"', ""))
     assert err.field == "exclude.0" and "reason" in err.problem

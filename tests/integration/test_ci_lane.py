@@ -60,8 +60,33 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict], P
 
 
 def catalog_ids() -> set[str]:
-    """The documented failures the ci lane runs: every repro module of the catalog."""
+    """Every documented failure: every repro module of the catalog."""
     return {f"F{p.name[1:].split('_')[0]}" for p in (REPO_ROOT / "repros" / "catalog").glob("f[0-9]*_*.py")}
+
+
+def ci_lane_ids(mode: str) -> set[str]:
+    """The documented failures the shipped ci lane runs in ``mode``: each ci cell's own (its ``repros:``, else
+    every one) less what the matrix excludes there (F24-F32 run in nightly cells of their own)."""
+    shipped = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+
+    def excluded(cell: str, repro: str) -> bool:
+        for row in shipped.get("exclude") or []:
+            repros = row.get("repro")
+            if (
+                row.get("cell") in (None, cell)
+                and (repros is None or repro == repros or (isinstance(repros, list) and repro in repros))
+                and row.get("mode") in (None, mode)
+            ):
+                return True
+        return False
+
+    return {
+        repro
+        for name, cell in shipped["cells"].items()
+        if "ci" in cell.get("lanes", [])
+        for repro in (cell.get("repros") or catalog_ids())
+        if not excluded(name, repro)
+    }
 
 
 def old_deepspeed(record: dict) -> bool:
@@ -98,11 +123,17 @@ def test_every_observation_matches_its_expectation(ci_run) -> None:
 def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> None:
     _, records, _, _ = ci_run
     fixed = [r for r in ran(records) if r["mode"] == "fixed"]
-    assert {r["repro"] for r in fixed} == catalog_ids()
-    # A failure a CPU cannot show (F19: Triton's compiler) is INFRA on a CPU in both modes, as expected;
+    assert {r["repro"] for r in fixed} == ci_lane_ids("fixed")
+    # A failure a CPU cannot show (F19: Triton's compiler; F24: FSDP2's CUDA copy path; F25: Liger's Triton
+    # kernels; F28: accelerate's device-only ParallelismConfig) is INFRA on a CPU in both modes, as expected;
     # every other fixed item passes.
     cpu_impossible = {(r["cell"], r["repro"]) for r in fixed if r["outcome"] == "INFRA" and r["expected"] == "INFRA"}
-    assert {r["repro"] for r in ran(records) if (r["cell"], r["repro"]) in cpu_impossible} == {"F19"}
+    assert {r["repro"] for r in ran(records) if (r["cell"], r["repro"]) in cpu_impossible} == {
+        "F19",
+        "F24",
+        "F25",
+        "F28",
+    }
     fixed = [r for r in fixed if (r["cell"], r["repro"]) not in cpu_impossible]
     assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
     # A repro that trains with another library's trainer (F18: TRL's) passes by running to its end
@@ -186,6 +217,14 @@ def test_each_failure_reproduces_naturally_where_documented(ci_run) -> None:
     assert {r["signature"] for r in f33 if r["mode"] == "bug"} == {"F33.target-modules-not-found"}
     f19 = find(records, "F19", "bug", transformers="5.23.0", deepspeed="0.19.8")
     assert f19["outcome"] == "INFRA" and "needs CUDA" in f19["reasons"][0], log
+    # F30 in its own ci cell: peft 0.18.1 beside torchao 0.18.0 (the only ci cell with torchao).
+    f30 = find(records, "F30", "bug", peft="0.18.1")
+    assert (f30["outcome"], f30["signature"]) == ("REPRODUCED", "F30.laqt-import"), log
+    assert f30["versions"]["torchao"] == "0.18.0"
+    assert "peft-torchao-dispatch-checked" in {g["id"] for g in find(records, "F30", "fixed", peft="0.18.1")["guards"]}
+    for repro in ("F24", "F25", "F28"):
+        (cuda_only,) = [r for r in ran(records) if r["repro"] == repro and r["mode"] == "bug"]
+        assert cuda_only["outcome"] == "INFRA" and f"{repro} needs CUDA" in cuda_only["reasons"][0], log
     assert find(records, "F10", "bug", transformers="4.43.0")["signature"] == "F10.vocab-size-0", log
     elsewhere = [r for r in ran(records) if r["repro"] == "F10" and r["versions"]["transformers"] != "4.43.0"]
     assert {r["outcome"] for r in elsewhere if r["mode"] == "bug"} == {"NOT_REPRODUCED"}
@@ -207,9 +246,11 @@ def test_the_gather_race_shows_where_it_exists_and_is_guarded_there(ci_run) -> N
 
 def test_records_carry_metrics_and_a_rerun_command(ci_run) -> None:
     _, records, _, _ = ci_run
+    repros = discover().repros
     for r in ran(records):
         assert r["peak_mem_kind"] in ("cpu_peak_rss", "cuda_max_allocated")
-        assert r["world_size"] == 2 and r["device"] in ("cpu", "cuda")
+        # The cells' world size, or the repro's own (F24 is shown at world size 1, as its thread does).
+        assert r["world_size"] == (repros[r["repro"]].spec.world_size or 2) and r["device"] in ("cpu", "cuda")
         assert f"--repros {r['repro']}" in r["repro_cmd"] and f"--cells {r['cell']}" in r["repro_cmd"]
         if r["outcome"] in ("PASS", "NOT_REPRODUCED"):
             assert r["peak_mem_bytes"] > 50 * 2**20

@@ -5,6 +5,15 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
+from repros.catalog.f24_fsdp2_nf4_bf16_nan_canonical import SCENARIO as F24_SCENARIO
+from repros.catalog.f25_zero3_liger_lm_head_shard import SCENARIO as F25_SCENARIO
+from repros.catalog.f26_ulysses_peft_register import SCENARIO as F26_SCENARIO
+from repros.catalog.f27_ulysses_zero0_mpu import SCENARIO as F27_SCENARIO
+from repros.catalog.f28_fsdp2_context_parallel_skipped import SCENARIO as F28_SCENARIO
+from repros.catalog.f29_zero3_target_parameters_shape import SCENARIO as F29_SCENARIO
+from repros.catalog.f30_peft_torchao_import import SCENARIO as F30_SCENARIO
+from repros.catalog.f31_fsdp2_peft_chunked_nll_dtensor import SCENARIO as F31_SCENARIO
+from repros.catalog.f32_zero3_load_conversion_missing import SCENARIO as F32_SCENARIO
 from repros.trainer.guards import GUARDS, Guard, Versions, apply_guards, choose_guards
 from repros.trainer.scenario import Scenario
 
@@ -140,6 +149,16 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
             ),
             v,
         ),
+        # F24-F32: each documented scenario where its failure occurs.
+        (F24_SCENARIO, versions(torch="2.13.0")),
+        (F25_SCENARIO, versions(trl="1.5.1")),
+        (F26_SCENARIO, versions(deepspeed="0.18.3")),
+        (F27_SCENARIO, versions(deepspeed="0.18.1")),
+        (F28_SCENARIO, versions(accelerate="1.12.0")),
+        (F29_SCENARIO, versions(peft="0.20.0")),
+        (F30_SCENARIO, versions(peft="0.18.1", torchao="0.18.0")),
+        (F31_SCENARIO, versions(trl="1.6.0")),
+        (F32_SCENARIO, versions(transformers="5.0.0")),
     ]
     for rule in GUARDS:
         where = [(s, at) for s, at in candidates if rule.applies(s, at)]
