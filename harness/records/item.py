@@ -80,6 +80,8 @@ class RankSummary(Frozen):
     exitcode: int | None = None
     error_type: str | None = None
     log_tail: str = ""
+    #: The rank its code was told it is, where that is not the rank it was launched as.
+    ran_as_rank: int | None = None
 
 
 class EnvSummary(Frozen):
@@ -182,7 +184,10 @@ class ItemRecord(BaseModel):
     #: The matrix cell a pinned or bisected cell was derived from (``--pin``, ``bisect``).
     cell_origin: str | None = None
     versions: dict[str, str | None]
+    #: The world the ranks ran in, as they saw it (the launch's, unless a repro's own settings told
+    #: them another: then ``world_size_launched`` is the launch's, and a reason says so).
     world_size: int
+    world_size_launched: int | None = None
     device: str | None
     device_name: str | None = None
     cuda_version: str | None = None
