@@ -266,12 +266,15 @@ def _mark(record: ItemRecord) -> int:
 
 
 class _Strings:
-    """Every string of the page's data once: the data names them by their index."""
+    """Every string of the page's data once: the data names them by their index. The script puts
+    them on the page as they are, so they are kept as the page shows every run's text: control
+    characters and bidirectional overrides made visible (``plain``)."""
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
 
     def __call__(self, text: str) -> int:
+        text = plain(text)
         found = self.index.get(text)
         if found is None:
             found = self.index[text] = len(self.index)
