@@ -57,6 +57,7 @@ def item_device(launch: LaunchResult) -> str | None:
 
 def _rank_summary(rank: int, rec: RankRecord | None, launch: LaunchResult) -> RankSummary:
     told = rec.ran_as.rank if rec is not None and rec.ran_as is not None else None
+    moved = {"ran_as_rank": told} if told is not None and told != rank else {}
     return RankSummary(
         rank=rank,
         status=rec.status if rec else "missing",
@@ -64,7 +65,7 @@ def _rank_summary(rank: int, rec: RankRecord | None, launch: LaunchResult) -> Ra
         exitcode=launch.rank_exitcodes.get(rank),
         error_type=rec.error.type if rec and rec.error else None,
         log_tail=launch.rank_tails.get(rank, ""),
-        ran_as_rank=told if told is not None and told != rank else None,
+        **moved,
     )
 
 

@@ -454,9 +454,10 @@ class RunSession:
                 dispatch.abort()
                 raise
             finally:
-                self.meta = self.meta.evolve(
-                    concurrency=dispatch.concurrency(), unrecorded_attempts=dispatch.unrecorded_attempts()
-                )
+                self.meta = self.meta.evolve(concurrency=dispatch.concurrency())
+                unrecorded = dispatch.unrecorded_attempts()
+                if unrecorded or self.meta.unrecorded_attempts:
+                    self.meta = self.meta.evolve(unrecorded_attempts=unrecorded)
 
     def _executor_context(self, run_dir: RunDir) -> ExecutorContext:
         opts = self.opts

@@ -298,12 +298,12 @@ def _endless_device(mode: int) -> str | None:
 def open_log(path: str) -> Iterator[Iterator[str]]:
     """The lines of the log at ``path`` (``-``: standard input), read as they are used."""
     if path == "-":
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-        kind = _endless_device(mode) if not sys.stdin.isatty() else None
+        given = os.fstat(sys.stdin.fileno()).st_mode
+        kind = _endless_device(given) if not sys.stdin.isatty() else None
         if kind is not None:
             raise UserError("-", "LOG", f"standard input is {kind}, not a log", "pipe or redirect a log file into it")
         try:
-            yield log_lines(sys.stdin.buffer, stream=not stat.S_ISREG(mode))
+            yield log_lines(sys.stdin.buffer, stream=not stat.S_ISREG(given))
         except EndlessInput as exc:
             raise UserError("-", "LOG", str(exc), "pass a traceback or a CI log") from None
         return

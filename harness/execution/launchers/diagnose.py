@@ -121,15 +121,18 @@ def _free(path: Path) -> tuple[int, int] | None:
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
-def disk_full_reason(refused: Path, what: str, scan_root: Path) -> str:
+def disk_full_reason(refused: Path, what: str, scan_root: Path | None) -> str:
     """The reason of an item the disk refused: the filesystem the write was refused on (the one
-    holding ``refused``), what failed, what fills it (the largest files under ``scan_root``)."""
+    holding ``refused``), what failed, what fills it (the largest files under ``scan_root``, where
+    there is one to look in)."""
     mount, kind = mount_of(refused)
     free = _free(refused)
     space = f" has {human(free[0])} free of {human(free[1])}" if free else ""
-    largest = largest_files(scan_root)
-    where = ", ".join(f"{_shown(path, scan_root)} ({human(size)})" for path, size in largest)
-    filled = f"; the largest files under {scan_root}: {where}" if where else ""
+    filled = ""
+    if scan_root is not None:
+        largest = largest_files(scan_root)
+        where = ", ".join(f"{_shown(path, scan_root)} ({human(size)})" for path, size in largest)
+        filled = f"; the largest files under {scan_root}: {where}" if where else ""
     return f"the disk is full: the filesystem at {mount} ({kind}, holding {refused}){space}; {what}{filled}"
 
 
@@ -169,7 +172,7 @@ def disk_full_evidence(
             return DiskFull(
                 f"writing {log.path.name} failed ({log.error.strerror}; {human(log.lost)} of the item's "
                 f"{human(log.received)} of output to it lost)",
-                log.path,
+                item_dir,
             )
     for rank, rec in sorted(records.items()):
         if rec is not None and rec.error is not None and _DISK_FULL_ERROR.search(rec.error.message):
@@ -201,8 +204,9 @@ def machine_reason(
         return ""
     if evidence.refused is None:
         return unknown_disk_full_reason(item_dir, evidence.what)
-    root = Path(os.path.abspath(scan_root or item_dir.parent))
-    if not evidence.refused.is_relative_to(root) and not evidence.refused.is_relative_to(item_dir):
-        # A disk outside the run (a scratch directory): what fills it is where the file was written.
-        root = _existing(evidence.refused.parent)
+    root: Path | None = Path(os.path.abspath(scan_root or item_dir.parent))
+    if not evidence.refused.is_relative_to(item_dir) and not evidence.refused.is_relative_to(str(root)):
+        # A disk outside the run (a scratch directory): what fills it is where the file was being
+        # written, where that directory is there to look in.
+        root = evidence.refused.parent if evidence.refused.parent.is_dir() else None
     return disk_full_reason(evidence.refused, evidence.what, root)
