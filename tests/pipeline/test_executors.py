@@ -245,6 +245,22 @@ def test_slurm_where_there_is_none_is_refused_never_run_here_in_silence(
     check_options({"slurm_parameters": ()})
 
 
+def test_a_local_ray_cluster_started_for_the_run_runs_the_lane(tmp_path: Path) -> None:
+    """Without --ray-address, the run starts its own Ray cluster (from the main thread: Ray's daemons
+    die with the thread that starts them) and its items run there."""
+    env = {**fake_stack.run_env(fake_stack.install(tmp_path)), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_ADDRESS", None)
+    fake_stack.write_repro(tmp_path / "repros", "R1", "raise", "REPRODUCED")
+    fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
+    done = harness("run", "--matrix", str(tmp_path / "matrix.yaml"), "--repros-dir", str(tmp_path / "repros"),
+                   "--executor", "ray", "--out", str(tmp_path / "out"), env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (record,) = read_results(tmp_path / "out" / "results.jsonl")
+    assert record.outcome == "REPRODUCED" and record.node
+    meta = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert meta["concurrency"]["address"] == "a local cluster started for the run"
+
+
 def test_a_slurm_array_task_is_named_as_squeue_and_sacct_name_it() -> None:
     from harness.pipeline.executors.slurm import host_of, slurm_job_id
 

@@ -13,10 +13,12 @@ Ray listens on loopback only where it starts a cluster itself (``RAY_ENABLE_WIND
 set before ``ray`` is imported, for the cluster, its workers and this driver).
 
 An address nothing answers at is refused before the run starts (``check_address``: one line, exit
-2, within seconds), where Ray itself would rewrite it and retry for many minutes. Ray connects (or
-starts its local cluster) on a thread of its own, waited for at most ``CONNECT_S``: the main thread
-stays where a signal reaches it, so Ctrl-C or SIGTERM stops the run at once and ``run.json`` says
-so, and an address that accepts a connection but is no Ray cluster is refused in one line too.
+2, within seconds), where Ray itself would rewrite it and retry for many minutes. Ray connects to
+a given address on a thread of its own, waited for at most ``CONNECT_S``: the main thread stays
+where a signal reaches it, so Ctrl-C or SIGTERM stops the run at once and ``run.json`` says so, and
+an address that accepts a connection but is no Ray cluster is refused in one line too. A local
+cluster is started from the main thread (its daemons die with the thread that started them), and
+the run's own SIGTERM handler is put back over the one ``ray.init`` installs there.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -98,7 +101,23 @@ class _NotMainThread(logging.Filter):
         return "SIGTERM handler is not set" not in record.getMessage()
 
 
-def _connect(ray: Any, init: dict[str, Any], address: str | None) -> None:
+def _start_local(ray: Any, init: dict[str, Any]) -> None:
+    """A local cluster for the run, started from the main thread (Ray's daemons are bound to the
+    thread that starts them); the stop signals stay the run's (``ray.init`` sets its own SIGTERM)."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**init)
+    except Exception as exc:  # noqa: BLE001 - said in one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise UserError(
+            "--executor", "ray", f"Ray could not start a local cluster: {first}", "check `ray status`"
+        ) from None
+    finally:
+        if before is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, before)
+
+
+def _connect(ray: Any, init: dict[str, Any], address: str) -> None:
     """``ray.init`` on a thread of its own, waited for at most ``CONNECT_S`` with the main thread where
     a signal reaches it (Ray blocks in native code while it retries); a refusal is one line."""
     failure: list[BaseException] = []
@@ -120,10 +139,10 @@ def _connect(ray: Any, init: dict[str, Any], address: str | None) -> None:
         while not done.wait(0.2):
             if time.monotonic() > deadline:
                 raise UserError(
-                    "--ray-address" if address else "--executor",
-                    address or "ray",
-                    f"no Ray cluster answered within {CONNECT_S:.0f} s"
-                    + (" (the address accepts connections: is it a Ray head's GCS port?)" if address else ""),
+                    "--ray-address",
+                    address,
+                    f"no Ray cluster answered within {CONNECT_S:.0f} s (the address accepts connections: is it a "
+                    "Ray head's GCS port?)",
                     "give the address `ray start --head` printed, or leave --ray-address out to start a local cluster",
                 )
     finally:
@@ -131,9 +150,9 @@ def _connect(ray: Any, init: dict[str, Any], address: str | None) -> None:
     if failure:
         first = (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0][:300]
         raise UserError(
-            "--ray-address" if address else "--executor",
-            address or "ray",
-            f"Ray could not {'connect' if address else 'start a local cluster'}: {first}",
+            "--ray-address",
+            address,
+            f"Ray could not connect: {first}",
             "check the cluster (ray status), or leave --ray-address out to start a local cluster",
         )
 
@@ -193,8 +212,9 @@ class RayExecutor:
         if not ray.is_initialized():
             init: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "include_dashboard": False}
             if context.ray_address is not None:
-                init["address"] = context.ray_address
-            _connect(ray, init, context.ray_address)
+                _connect(ray, {**init, "address": context.ray_address}, context.ray_address)
+            else:
+                _start_local(ray, init)
         here = ray.get_runtime_context().get_node_id()
         self.tracker: Any = (
             ray.remote(AttemptTracker)
