@@ -5,8 +5,9 @@ Other runs' files are read defensively: each record is validated, and one that i
 of this harness (a field of the wrong type, an outcome that does not exist) is left out and
 named, never trusted, so one damaged run never stops a later run's report; a run whose
 ``run.json`` cannot be read, or whose results hold more than ``MOST_LINES_LEFT_OUT`` lines that are
-not records (a corrupt or foreign file), is left out whole, read no further. Either way a run is named in one line, however much of it is bad: a sibling
-full of garbage neither floods the log nor swells the report."""
+not records (a corrupt or foreign file), is left out whole, read no further. Either way a run is
+named in one line, however much of it is bad: a sibling full of garbage neither floods the log nor
+swells the report."""
 
 from __future__ import annotations
 
