@@ -9,11 +9,14 @@ matrix cell where no item of its own name is there. Each change gets one class:
 - new error kind: NEW failed with an exception type OLD did not show
 - now matches: the item did not match in OLD and does in NEW
 - added / removed: the item ran in only one of the runs
+- record torn: a run's results end with a record cut short (a run killed while writing it, or one
+  still writing): that item is not compared, and is never shown as added or removed
 - record repeated: a run's results hold an item twice; it is counted once, the last record
 - memory / step time worse or better: the change exceeds the larger of a relative
   threshold, an absolute floor and (for step time) twice the measured spread (IQR)
   of the two runs; nothing inside the noise is flagged.
-Only a new regression makes the exit status 1.
+Only a new regression makes the exit status 1; two runs with no item in common (or one with no
+whole record) make it 2, saying so: nothing was compared, which is never "no changes".
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.records.item import ItemRecord
-from harness.records.results import Records
+from harness.records.results import Records, torn_line
 from harness.reports.figures import comparable_memory, comparable_steps
 from repros.runtime.outcomes import Outcome
 
@@ -39,9 +42,11 @@ MEMORY_BETTER = "peak memory better"
 TIME_WORSE = "step time worse"
 TIME_BETTER = "step time better"
 REPEATED = "record repeated"
+TORN = "record torn"
 
 ORDER = (
     NEW_REGRESSION,
+    TORN,
     FIXED_TRAINER_BROKE,
     NEW_ERROR_KIND,
     UPSTREAM_FIXED,
@@ -188,8 +193,11 @@ def compare_runs(
     old: Sequence[ItemRecord], new: Sequence[ItemRecord], limits: Thresholds = Thresholds()
 ) -> list[Change]:
     old_by, new_by = by_item(old), by_item(new)
-    changes: list[Change] = []
+    changes: list[Change] = _torn(old, "old") + _torn(new, "new")
+    torn_items = {c.item for c in changes}
     for label, before, after in paired_records(old_by, new_by):
+        if label in torn_items:
+            continue  # its other record is said with the torn one: not added, not removed
         if before is None and after is not None:
             changes.append(Change(ADDED, label, "-", _outcome(after)))
             continue
@@ -220,6 +228,37 @@ def compare_runs(
     return sorted(changes, key=lambda c: (ORDER.index(c.kind), c.item))
 
 
+def _torn(records: Sequence[ItemRecord], side: str) -> list[Change]:
+    """A run's torn last line: the item it was the record of (where the fragment names it), or the
+    run, as a change of its own."""
+    torn = torn_line(records)
+    if torn is None:
+        return []
+    item = torn.item.label() if torn.item is not None else f"{side} run"
+    detail = f"{torn.describe()}: not compared; `run --resume {torn.path.parent}` records it again"
+    return [Change(TORN, item, "torn" if side == "old" else "-", "torn" if side == "new" else "-", detail)]
+
+
+def unpaired_text(old: Sequence[ItemRecord], new: Sequence[ItemRecord], old_name: str, new_name: str) -> str | None:
+    """Why nothing could be compared, where no item of one run pairs with one of the other (else
+    None): the cells each run holds, so a run of another lane or matrix is seen for what it is."""
+    if not old and not new:
+        return f"nothing compared: neither {old_name} nor {new_name} holds a whole record"
+    if not old or not new:
+        return f"nothing compared: {new_name if not new else old_name} holds no whole record"
+    if any(b is not None and a is not None for _, b, a in paired_records(by_item(old), by_item(new))):
+        return None
+
+    def cells(records: Sequence[ItemRecord]) -> str:
+        names = sorted({r.cell for r in records})
+        return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+    return (
+        f"nothing compared: none of the {len(new)} items of {new_name} is an item of {old_name} "
+        f"({old_name} ran cells {cells(old)}; {new_name} ran {cells(new)})"
+    )
+
+
 def _repeated(records: Sequence[ItemRecord], side: str) -> list[Change]:
     """What reading a run's results said of an item recorded twice (counted once, the last record)."""
     if not isinstance(records, Records):
@@ -231,15 +270,24 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(changes: Sequence[Change], old_name: str, new_name: str) -> str:
+def markdown(changes: Sequence[Change], old_name: str, new_name: str, unpaired: str | None = None) -> str:
+    """The changes as markdown; ``unpaired``: why nothing was compared (``unpaired_text``), said first
+    and never followed by "no changes"."""
     regressions = sum(1 for c in changes if c.kind == NEW_REGRESSION)
+    torn = sum(1 for c in changes if c.kind == TORN)
     lines = [f"## ft-regress: {new_name} compared with {old_name}", ""]
-    if not changes:
+    if unpaired:
+        lines += [f"**{unpaired[0].upper()}{unpaired[1:]}.**", ""]
+    elif not changes:
         lines.append("No changes: every item has the same outcome, and memory and step time moved within the noise.")
         return "\n".join(lines) + "\n"
     verdict = (
-        f"**{regressions} new regression{'s' if regressions != 1 else ''}**" if regressions else "No new regression."
+        f"**{regressions} new regression{'s' if regressions != 1 else ''}**" if regressions else "No new regression"
     )
+    if torn:
+        verdict += f" among the items compared; **{torn} record{'s' if torn != 1 else ''} torn**, not compared."
+    elif not regressions:
+        verdict += "."
     lines += [verdict, ""]
     for kind in ORDER:
         group = [c for c in changes if c.kind == kind]

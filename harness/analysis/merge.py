@@ -5,9 +5,12 @@ plan), ``run.json`` (each shard's provenance under ``shards``; hosts, cells and
 exclusions merged), ``junit.xml`` and the HTML report, so ``report`` and ``compare``
 treat it like any run. The shards must fit together: an item recorded by two
 shards, or shards that planned different wholes (they were balanced by different
-histories), is a usage error. Shards that are missing, or items no shard recorded,
-are listed in ``run.json`` (``incomplete``) and printed; they are not an error, so
-one lost runner still leaves a night's report.
+histories), is a usage error. Shards that are missing, items no shard recorded, and a
+shard's torn last record (its run killed while writing it) are listed in ``run.json``
+(``incomplete``) and printed, the torn one as "torn"; they are not an error, so one lost
+runner still leaves a night's report. The merged plan is the shards' plans (``run.json``
+``planned``), never just the records found: an item planned and not recorded stays in it,
+named as not run.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from harness.core.errors import UserError
 from harness.records.item import ItemRecord
-from harness.records.results import RESULTS_FILE, Records, ResultsWriteError
+from harness.records.results import RESULTS_FILE, Records, ResultsWriteError, torn_line
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
 
@@ -42,9 +45,7 @@ class Merged:
 def _read_shard(directory: Path) -> tuple[list[ItemRecord], RunMeta]:
     run = RunDir(directory)
     if not run.results_path.is_file():
-        raise UserError(
-            directory, RESULTS_FILE, "no results file here", "pass the output directory of each shard's run"
-        )
+        raise UserError(directory, "", f"holds no {RESULTS_FILE}", "pass the output directory of each shard's run")
     return run.records(), run.read_meta()
 
 
@@ -91,13 +92,23 @@ def _now() -> str:
 def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     if not shard_dirs:
         raise UserError("merge", "SHARD_DIR", "no shard directories given", "pass OUT and then each shard's directory")
-    if RunDir(out).results_path.exists() or RunDir(out).meta_path.exists():
-        raise UserError(out, RESULTS_FILE, "already holds the results of a run", "choose a new OUT directory")
+    held = RunDir(out).held_file()
+    if held is not None:
+        raise UserError(out, held, "already holds the results of a run", "choose a new OUT directory")
     loaded = [_read_shard(d) for d in shard_dirs]
     metas = [meta for _, meta in loaded]
     planned_all, warnings = _check_shards(shard_dirs, metas)
     # A shard's item recorded twice in its own results is counted once (its last record): said.
     repeated = [note for records, _ in loaded if isinstance(records, Records) for note in records.duplicates]
+    torn = []
+    for directory, (shard_records, _) in zip(shard_dirs, loaded, strict=True):
+        line = torn_line(shard_records)
+        if line is not None:
+            torn.append(line.describe())
+            warnings.append(
+                f"{line.describe()}: left out of the merge; `run --resume {directory}` records it again, "
+                "then merge again"
+            )
 
     owner: dict[str, Path] = {}
     records: list[ItemRecord] = []
@@ -113,13 +124,15 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
                 )
             owner[key] = directory
             records.append(record)
-    not_run: list[str] = []
-    if planned_all is not None:
-        position = {k: i for i, k in enumerate(planned_all)}
-        records.sort(key=lambda r: position.get(r.id.label(), len(position)))
-        not_run = [k for k in planned_all if k not in owner]
-        if not_run:
-            warnings.append(f"{len(not_run)} planned items have no record: {', '.join(not_run[:10])}")
+    if planned_all is None:
+        # Runs that were not shards: their plans, one after another, then whatever they recorded
+        # beyond them (a torn or lost record never shrinks the plan).
+        planned_all = list(dict.fromkeys([*(k for m in metas for k in m.planned), *(r.id.label() for r in records)]))
+    position = {k: i for i, k in enumerate(planned_all)}
+    records.sort(key=lambda r: position.get(r.id.label(), len(position)))
+    not_run = [k for k in planned_all if k not in owner]
+    if not_run:
+        warnings.append(f"{len(not_run)} planned items have no record: {', '.join(not_run[:10])}")
 
     excluded: dict[str, ExcludedItem] = {}
     for meta in metas:
@@ -132,6 +145,8 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     if len(commits) > 1:
         warnings.append(f"shards ran different commits: {', '.join(sorted(str(c) for c in commits))}")
     more: dict[str, JsonValue] = {"incomplete": {"warnings": warnings, "not_run": not_run}} if warnings else {}
+    if torn:
+        more["incomplete"]["torn"] = torn
     if repeated:
         more["repeated_records"] = repeated
         warnings += repeated
@@ -146,7 +161,7 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
             "lane": first.lane,
             "harness_version": first.harness_version,
             "git_commit": first.git_commit,
-            "planned": planned_all if planned_all is not None else [r.id.label() for r in records],
+            "planned": planned_all,
             "excluded": list(excluded.values()),
             "cells": _merged_cells(metas),
             "hosts": [m.host for m in metas],

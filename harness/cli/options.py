@@ -25,7 +25,7 @@ from harness.config.repros import Discovery, discover
 from harness.core.errors import UserError
 from harness.environments import default_cache_dir
 from harness.execution.launchers import LAUNCHERS, default_launcher
-from harness.pipeline.executors import EXECUTORS, NEEDS
+from harness.pipeline.executors import CHECKS, EXECUTORS, NEEDS
 from harness.planning.items import RunOptions
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES
@@ -46,6 +46,8 @@ class Option:
     metavar: str | None = None
     #: The flags under pytest, where they differ from ``flags``.
     pytest_flags: tuple[str, ...] | None = None
+    #: ``int``: the least value it takes (its message says so).
+    minimum: int = 0
 
     def argparse_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help}
@@ -57,7 +59,7 @@ class Option:
         if self.kind in ("path", "paths"):
             kwargs["type"] = path_value
         if self.kind == "int":
-            kwargs["type"] = whole_number(self.flags[0])
+            kwargs["type"] = whole_number(self.flags[0], self.minimum)
         if self.kind == "date":
             kwargs["type"] = _past_day(self.flags[0])
         if self.kind == "gb":
@@ -161,14 +163,16 @@ def gigabytes(flag: str) -> Callable[[str], float]:
     return parse
 
 
-def whole_number(flag: str) -> Callable[[str], int]:
+def whole_number(flag: str, minimum: int = 0) -> Callable[[str], int]:
+    """A parser of whole numbers from ``minimum`` up, whose refusal says what it takes."""
+
     def parse(value: str) -> int:
         try:
             number = int(value)
         except ValueError:
-            number = -1
-        if number < 0:
-            raise argparse.ArgumentTypeError(f"{flag} takes a whole number (0 or more), not {value!r}")
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number ({minimum} or more), not {value!r}")
         return number
 
     return parse
@@ -292,6 +296,7 @@ OPTIONS: dict[str, Option] = {
             "and FLAKY where the attempts disagree (default 1)",
             kind="int",
             metavar="N",
+            minimum=1,
         ),
         Option(
             "reports_dir",
@@ -417,12 +422,16 @@ def executor_fields(values: Mapping[str, Any]) -> dict[str, Any]:
             raise UserError("--slurm-param", entry, "is not NAME=VALUE", "e.g. --slurm-param slurm_partition=gpu")
         parameters.append((key.strip(), value.strip()))
     folder = values.get("slurm_folder")
-    return {
+    fields = {
         "executor": name,
         "ray_address": values.get("ray_address"),
         "slurm_folder": Path(folder).resolve() if folder else None,
         "slurm_parameters": tuple(parameters),
     }
+    check = CHECKS.get(name)
+    if check is not None:
+        check(fields)  # before anything runs: an address nothing answers at, a cluster that is not there
+    return fields
 
 
 def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -> RunOptions:

@@ -1,16 +1,21 @@
 """Text from a run (an exception message, a log tail) made safe to print or to put in XML.
 
 A rank's message can hold anything: ANSI escape sequences that would recolour or clear a
-terminal or a CI log, NULs and other control characters that XML 1.0 cannot hold at all.
-``plain`` shows each such character as a visible escape (``\\x1b``); newlines and tabs stay.
+terminal or a CI log, NULs and other control characters that XML 1.0 cannot hold at all, and
+bidirectional overrides (``U+202E``...) that make a line read otherwise than it is (the "Trojan
+Source" trick). ``plain`` shows each such character as a visible escape (``\\x1b``, ``\\u202e``);
+newlines and tabs stay.
 """
 
 from __future__ import annotations
 
 import re
 
-#: C0 controls but tab and newline, DEL, C1 controls, and lone surrogates (invalid in UTF-8 and XML).
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+#: C0 controls but tab and newline, DEL, C1 controls, the bidirectional marks, embeddings, overrides
+#: and isolates, and lone surrogates (invalid in UTF-8 and XML).
+_UNPRINTABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+)
 
 
 def _visible(match: re.Match[str]) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from harness.execution.launchers.result import LaunchResult
 from harness.records.rank import RankRecord
 from repros.runtime.outcomes import Outcome
+from repros.runtime.patterns import PatternRunaway
 from repros.runtime.spec import ReproSpec
 
 REPRODUCED = Outcome.REPRODUCED
@@ -174,16 +175,37 @@ def _ended_without_record(launch: LaunchResult) -> Observation | None:
     return None
 
 
+class SignatureRunaway(Exception):
+    """A signature's pattern ran away on a rank's message (``repros/runtime/patterns.py``)."""
+
+    def __init__(self, signature: str, error: ErrorInfo, runaway: PatternRunaway) -> None:
+        super().__init__(f"signature {signature}: {runaway}")
+        self.signature = signature
+        self.error = error
+
+    def observation(self) -> Observation:
+        """INFRA, saying it is the pattern: the script's error is kept, the script is not at fault."""
+        reason = (
+            f"{self}, on rank {self.error.rank}'s {self.error.type}; the item could not be classified: "
+            "the signature's pattern is at fault, not the script (rewrite it without nested repeats)"
+        )
+        return Observation(INFRA, error=self.error, reasons=(reason,))
+
+
 def matching_signature(
     specs: Sequence[ReproSpec], errors: list[tuple[int, ErrorInfo, RankRecord]]
 ) -> tuple[str, ErrorInfo] | None:
-    """The first documented signature any rank's error matches, across ``specs`` in order."""
+    """The first documented signature any rank's error matches, across ``specs`` in order;
+    ``SignatureRunaway`` where a pattern backtracks without end on a message."""
     for spec in specs:
         for _, info, rec in errors:
             verdicts = rec.error.signature_verdicts if rec.error else {}
             for sig in spec.signatures:
-                if sig.matches(info.type, info.message, rec.scenario_facts, verdicts):
-                    return sig.id, info
+                try:
+                    if sig.matches(info.type, info.message, rec.scenario_facts, verdicts):
+                        return sig.id, info
+                except PatternRunaway as exc:
+                    raise SignatureRunaway(sig.id, info, exc) from None
     return None
 
 
@@ -204,7 +226,10 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
     errors = _errors(launch)
     if errors:
         if mode == "bug":
-            found = matching_signature([spec], errors)
+            try:
+                found = matching_signature([spec], errors)
+            except SignatureRunaway as runaway:
+                return runaway.observation()
             if found is not None:
                 return Observation(REPRODUCED, signature=found[0], error=found[1])
         stack = _stack_failed(errors)
@@ -240,7 +265,10 @@ def classify_scenario(own: ReproSpec | None, launch: LaunchResult, known: Sequen
         return ended
     errors = _errors(launch)
     if errors:
-        found = matching_signature([s for s in [own, *known] if s is not None], errors)
+        try:
+            found = matching_signature([s for s in [own, *known] if s is not None], errors)
+        except SignatureRunaway as runaway:
+            return runaway.observation()
         if found is not None:
             return Observation(REPRODUCED, signature=found[0], error=found[1])
         stack = _stack_failed(errors)

@@ -10,16 +10,36 @@ directory is kept beside the item's (``<item>.attempt-1``, ...), the final recor
 attempts and says why it ran again, and one that matched only on a rerun is ``flaky``.
 Nothing is rerun that could not change: an item with no expectation (explored, a grid combination),
 a cell with no environment, a run being stopped.
+
+Every attempt that ends is recorded as it ends, not only once the item's last one does: an attempt set
+aside keeps its own record beside its files (``<item>.attempt-N/attempt.json``), so a run stopped
+between two attempts loses none of them. ``run --resume`` takes those attempts up again
+(``recover``) and runs only the rest, and removes what an interrupted run left that no record
+points to (the attempt cut short, an attempt directory with no record of its own).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
 
-from harness.records.item import MAX_MESSAGE_CHARS, Attempt, ItemRecord, counts_text, error_summary
+from harness.records.item import (
+    MAX_MESSAGE_CHARS,
+    Attempt,
+    ItemRecord,
+    RecordError,
+    counts_text,
+    error_summary,
+    parse_record,
+)
 from repros.runtime.outcomes import Outcome
+
+#: The record of an attempt set aside, in its own directory.
+ATTEMPT_RECORD = "attempt.json"
 
 
 def contradicts_expectation(record: ItemRecord) -> bool:
@@ -27,15 +47,61 @@ def contradicts_expectation(record: ItemRecord) -> bool:
     return record.expected is not None and record.counts_against and record.outcome != Outcome.UNRESOLVABLE
 
 
-def set_aside(item_dir: Path, attempt: int) -> Path | None:
-    """Move the attempt's directory out of the next attempt's way; its new path (None if it wrote none)."""
-    if not item_dir.exists():
-        return None
-    kept = item_dir.with_name(f"{item_dir.name}.attempt-{attempt}")
+def attempt_dir(item_dir: Path, attempt: int) -> Path:
+    return item_dir.with_name(f"{item_dir.name}.attempt-{attempt}")
+
+
+def set_aside(item_dir: Path, attempt: int, record: ItemRecord) -> Path:
+    """Move the attempt's directory out of the next attempt's way, with its record written into it
+    (``attempt.json``; an attempt that launched nothing gets a directory for its record alone); its
+    new path."""
+    kept = attempt_dir(item_dir, attempt)
     if kept.exists():
-        shutil.rmtree(kept)  # left by an earlier run into this directory (--resume reruns the item whole)
+        shutil.rmtree(kept)  # no record pointed to it (``recover`` keeps those that one does)
+    item_dir.mkdir(parents=True, exist_ok=True)
+    _write_record(item_dir / ATTEMPT_RECORD, record.evolve(item_dir=str(kept)))
     item_dir.rename(kept)
     return kept
+
+
+def _write_record(path: Path, record: ItemRecord) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record.as_json(), fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_record(path: Path) -> ItemRecord | None:
+    try:
+        return parse_record(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, RecursionError, RecordError):
+        return None
+
+
+def recover(item_dir: Path) -> list[Attempt]:
+    """The attempts of the item an earlier, interrupted run finished and set aside, each with its
+    record (``attempt-1``, ``attempt-2``... while each holds a whole one), so a resumed run goes on
+    from them; whatever else it left of the item is removed: the attempt it was running when it was
+    stopped, and an attempt directory with no whole record (no record points to either)."""
+    parent = item_dir.parent
+    if not parent.is_dir():
+        return []
+    numbered = re.compile(rf"{re.escape(item_dir.name)}\.attempt-(\d+)")
+    kept = sorted(
+        (int(m[1]), p) for p in parent.iterdir() if (m := numbered.fullmatch(p.name)) is not None and p.is_dir()
+    )
+    recovered: list[Attempt] = []
+    for number, path in kept:
+        record = _read_record(path / ATTEMPT_RECORD) if number == len(recovered) + 1 else None
+        if record is None or (record.cell, f"{record.repro}-{record.mode}") != (parent.name, item_dir.name):
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        recovered.append(attempt_summary(record, path))
+    if item_dir.exists():
+        shutil.rmtree(item_dir, ignore_errors=True)
+    return recovered
 
 
 def attempt_summary(record: ItemRecord, kept: Path | None) -> Attempt:

@@ -64,6 +64,8 @@ class Dispatch:
         self.left_in_cell: dict[str, int] = {}
         self.resolved_of_cell: dict[str, Resolved | None] = {}
         self._cell_meta: dict[str, CellMeta] = {}
+        #: Items with finished attempts and no record yet: each attempt's directory.
+        self._unrecorded: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self.threads = ThreadPoolExecutor(max_workers=executor.in_flight(), thread_name_prefix="item")
 
@@ -95,23 +97,41 @@ class Dispatch:
         again while it contradicts its expectation (``harness/pipeline/attempts.py``), every attempt kept;
         after a lost node, run again (``executors/lost.py``)."""
         item = job.item
-        earlier: list[Attempt] = []
         item_dir = self.run_dir.item_dir(item.id)
+        # The attempts an interrupted run finished of this item (``--resume``) count: it goes on
+        # from them. What else that run left of it (the attempt it cut short) is removed.
+        earlier = reruns.recover(item_dir)
+        self._kept(item, earlier)
         with self.executor.place(item) as gpus:
             while True:
                 if self.stop.is_set():
                     return None
                 record = self._seen(attempt_until_not_lost(self.executor, job, resolved, gpus))
+                if self.stop.is_set():
+                    return None  # cut short by the stop: not an attempt that finished
                 if self.opts.repeat > 1 and record.outcome != Outcome.UNRESOLVABLE:
                     if len(earlier) + 1 >= self.opts.repeat:
                         return reruns.repeated(record, earlier, item_dir if item_dir.exists() else None)
-                    kept = reruns.set_aside(item_dir, len(earlier) + 1)
-                    earlier.append(reruns.attempt_summary(record, kept))
+                    earlier.append(reruns.attempt_summary(record, reruns.set_aside(item_dir, len(earlier) + 1, record)))
+                    self._kept(item, earlier)
                     continue
                 if len(earlier) >= self.opts.reruns or not reruns.contradicts_expectation(record):
                     return reruns.with_attempts(record, earlier)
-                kept = reruns.set_aside(item_dir, len(earlier) + 1)
-                earlier.append(reruns.attempt_summary(record, kept))
+                earlier.append(reruns.attempt_summary(record, reruns.set_aside(item_dir, len(earlier) + 1, record)))
+                self._kept(item, earlier)
+
+    def _kept(self, item: PlannedItem, earlier: list[Attempt]) -> None:
+        """Note the attempts of an item not recorded yet, each kept with its own record beside the
+        item (``run.json`` names them where the run stops before the item's record is written)."""
+        with self._lock:
+            if earlier:
+                self._unrecorded[item.id.label()] = [str(a.item_dir) for a in earlier]
+
+    def unrecorded_attempts(self) -> dict[str, list[str]]:
+        """The finished attempts of items with no record yet, by item: each attempt's directory,
+        holding its record (``attempt.json``). Empty once every item started is recorded."""
+        with self._lock:
+            return {label: list(dirs) for label, dirs in self._unrecorded.items()}
 
     def _seen(self, attempted: Attempted) -> ItemRecord:
         record = attempted.record
@@ -136,6 +156,8 @@ class Dispatch:
             if self.policy.annotate:
                 record = self.policy.annotate(record)
             self.on_record(record)
+            with self._lock:
+                self._unrecorded.pop(item.id.label(), None)
             if self.policy.follow_ups:
                 # Submitted before this item is counted done, so the cell's worker is kept for them.
                 for follow_up in self.policy.follow_ups(item, record):

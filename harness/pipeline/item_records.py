@@ -78,6 +78,8 @@ def item_device(launch: LaunchResult) -> str | None:
 
 
 def _rank_summary(rank: int, rec: RankRecord | None, launch: LaunchResult) -> RankSummary:
+    told = rec.ran_as.rank if rec is not None and rec.ran_as is not None else None
+    moved = {"ran_as_rank": told} if told is not None and told != rank else {}
     return RankSummary(
         rank=rank,
         status=rec.status if rec else "missing",
@@ -85,7 +87,34 @@ def _rank_summary(rank: int, rec: RankRecord | None, launch: LaunchResult) -> Ra
         exitcode=launch.rank_exitcodes.get(rank),
         error_type=rec.error.type if rec and rec.error else None,
         log_tail=launch.rank_tails.get(rank, ""),
+        **moved,
     )
+
+
+def ranks_as_run(launch: LaunchResult) -> tuple[int, list[str]]:
+    """The world size the ranks ran in, as they saw it, and what differs from the launch, said: a
+    repro's own settings (a script's ``env:``) can tell its ranks another world or rank than the
+    one they were launched as; the record describes what they ran as, never only the launch."""
+    told = {r: rec.ran_as for r, rec in sorted(launch.records.items()) if rec is not None and rec.ran_as is not None}
+    worlds = sorted({a.world_size for a in told.values() if a.world_size is not None})
+    said: list[str] = []
+    world = launch.world_size
+    if len(worlds) == 1 and worlds[0] != launch.world_size:
+        world = worlds[0]
+        said.append(
+            f"the ranks ran as a world of {world} (as their own settings told them), launched as {launch.world_size}: "
+            "the record describes the world they ran in"
+        )
+    elif len(worlds) > 1:
+        sizes = ", ".join(f"rank {r}: {a.world_size}" for r, a in told.items() if a.world_size is not None)
+        said.append(f"the ranks disagree on their world size ({sizes}), launched as {launch.world_size}")
+    moved = {r: a.rank for r, a in told.items() if a.rank is not None and a.rank != r}
+    if moved:
+        who = ", ".join(f"rank {r} as rank {n}" for r, n in moved.items())
+        taken = sorted({n for n in (a.rank for a in told.values()) if n is not None})
+        twice = " (so two ranks ran as one)" if len(taken) < len(told) else ""
+        said.append(f"ranks were told other ranks than they were launched as: {who}{twice}")
+    return world, said
 
 
 def item_record(
@@ -109,6 +138,7 @@ def item_record(
     train = next((rec.train for rec in records if rec.rank == 0 and rec.train is not None), None)
     guards = next((rec.guards for rec in records if rec.guards is not None), [])
     error = observation.error
+    world_size, as_run = ranks_as_run(launch)
     return ItemRecord.model_validate(
         {
             "schema_version": SCHEMA_VERSION,
@@ -123,7 +153,8 @@ def item_record(
             **({"versions_listed": listed} if listed is not None else {}),
             "to_training_s": round(launch.to_training_s, 3) if launch.to_training_s is not None else None,
             "training_s": round(launch.training_s, 3) if launch.training_s is not None else None,
-            "world_size": launch.world_size,
+            "world_size": world_size,
+            **({"world_size_launched": launch.world_size} if world_size != launch.world_size else {}),
             "device": first.device if first else None,
             "device_name": first.device_name if first else None,
             "cuda_version": first.cuda_version if first else None,
@@ -132,7 +163,7 @@ def item_record(
             "figures": summarise(records),
             "wall_s": round(launch.wall_s, 3),
             "error": error_summary(error.type, error.message, error.rank, error.traceback) if error else None,
-            "reasons": list(observation.reasons),
+            "reasons": [*observation.reasons, *as_run],
             "guards": guards,
             "losses": train.losses if train else None,
             "ranks": [_rank_summary(rank, rec, launch) for rank, rec in sorted(launch.records.items())],

@@ -53,7 +53,7 @@ from harness.pipeline.observe import broken_record, now
 from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
 from harness.records.item import ItemRecord, counts_text
 from harness.records.provenance import host_info
-from harness.records.results import RESULTS_FILE, ResultsWriteError
+from harness.records.results import ResultsWriteError
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta, MatrixRef, RunMeta, StoredOptions
 from harness.reports.finalize import finalize
@@ -279,14 +279,14 @@ class RunSession:
         run_dir, run_id = self._open()
         self.path = run_dir.path
         with run_dir.locked():
-            if self.resume is None and (run_dir.results_path.exists() or run_dir.meta_path.exists()):
+            held = run_dir.held_file()
+            if self.resume is None and held is not None:
                 # Another run got here first (two runs given one --out).
                 raise UserError(
-                    run_dir.path,
-                    RESULTS_FILE,
-                    "already holds the results of another run",
-                    "choose a new --out directory",
+                    run_dir.path, held, "already holds the results of another run", "choose a new --out directory"
                 )
+            if self.resume is not None:
+                run_dir.remove_partial_writes()  # what the interrupted run's writes left half done
             self._clean_up_after_dead_runs()
             return self._execute(run_dir, run_id)
 
@@ -312,9 +312,6 @@ class RunSession:
             verb += f"shard {shard.index}/{shard.count} of {len(shard.planned_all)} items: "
         self._say(f"{verb}{len(todo)} items → {run_dir.path}")
 
-        executor = make_executor(
-            self.opts.executor, self._executor_context(run_dir), run_dir, run_id, self.environments
-        )
         previous = {
             signum: signal.signal(signum, self._on_stop_signal)
             for signum in STOP_SIGNALS
@@ -324,7 +321,14 @@ class RunSession:
         # Ctrl-C must interrupt even when the run was started with SIGINT ignored (a
         # background job of a non-interactive shell inherits it ignored).
         previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        executor: Executor | None = None
         try:
+            # Made once the stop signals are the run's: a cluster slow to answer is stopped like an
+            # item, and run.json says so.
+            executor = make_executor(
+                self.opts.executor, self._executor_context(run_dir), run_dir, run_id, self.environments
+            )
+            self._say_executor_note(executor)
             self._run_items(run_dir, run_id, todo, broken_todo, executor)
         except KeyboardInterrupt:
             self.interrupted = "SIGINT"
@@ -332,15 +336,32 @@ class RunSession:
             self.interrupted = str(exc)
         except ResultsWriteError as exc:
             self.write_error = str(exc)
+        except UserError as exc:
+            self._stopped_by(run_dir, exc)
+            raise
         finally:
-            executor.close()
-            for name, info in executor.workers().items():
-                found = self.cells.get(name) or self.meta.cells.get(name) or CellMeta()
-                self.cells[name] = found.model_copy(update={"worker": info})
+            if executor is not None:
+                executor.close()
+                for name, info in executor.workers().items():
+                    found = self.cells.get(name) or self.meta.cells.get(name) or CellMeta()
+                    self.cells[name] = found.model_copy(update={"worker": info})
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             signal.signal(signal.SIGINT, previous_int)
         return self._finish(run_dir)
+
+    def _say_executor_note(self, executor: Executor) -> None:
+        """What the executor says of where items run, where it is not where they were asked to (a
+        Slurm executor on this machine), plainly, as the run starts (``run.json`` keeps it too)."""
+        note = executor.describe().get("note")
+        if note:
+            self._say(f"note: {note}")
+
+    def _stopped_by(self, run_dir: RunDir, error: UserError) -> None:
+        """A usage error met once the run had started (its executor could not start): ``run.json``
+        is finished with it, never left saying the run is under way."""
+        self.meta = self.meta.evolve(finished_at=now(), failed=error.line())
+        self._write_meta(run_dir)
 
     def _run_items(
         self,
@@ -435,6 +456,9 @@ class RunSession:
                 raise
             finally:
                 self.meta = self.meta.evolve(concurrency=dispatch.concurrency())
+                unrecorded = dispatch.unrecorded_attempts()
+                if unrecorded or self.meta.unrecorded_attempts:
+                    self.meta = self.meta.evolve(unrecorded_attempts=unrecorded)
 
     def _executor_context(self, run_dir: RunDir) -> ExecutorContext:
         opts = self.opts
@@ -496,6 +520,9 @@ class RunSession:
             return EXIT_USAGE
         if self.interrupted:
             left = self.plan.size - len(self.records)
-            self._say(f"interrupted by {self.interrupted}: {left} items not run; resume with: {resume_cmd}")
+            kept = self.meta.unrecorded_attempts
+            went = sum(len(dirs) for dirs in kept.values())
+            on = f" ({went} finished attempts of {len(kept)} of them kept, each with its record)" if kept else ""
+            self._say(f"interrupted by {self.interrupted}: {left} items not run{on}; resume with: {resume_cmd}")
             return EXIT_INTERRUPTED
         return exit_status(self.records)

@@ -188,6 +188,16 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
         cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
     if opts.pins:
         cells = [pinned_cell(c, opts.pins) for c in cells if c.installs_packages]
+        if not cells:
+            pins = " ".join(f"{name}{spec}" for name, spec in opts.pins)
+            held = ", ".join(sorted({f"{c.name} ({c.provider})" for c in unpinnable_cells(opts)})) or "none"
+            raise UserError(
+                "--pin",
+                pins,
+                f"leaves no cell to run: no selected cell installs packages (selected: {held}); a cell of the "
+                "running interpreter takes it as it is",
+                "select cells whose packages uv installs (provider: uv), or drop --pin",
+            )
     if opts.model:
         cells = [dataclasses.replace(c, model=opts.model) for c in cells]
     if opts.world_size:
@@ -197,6 +207,15 @@ def selected_cells(opts: RunOptions) -> list[Cell]:
     if opts.as_of:
         cells = [dataclasses.replace(c, as_of=opts.as_of) for c in cells]
     return cells
+
+
+def unpinnable_cells(opts: RunOptions) -> list[Cell]:
+    """The selected cells ``--pin`` leaves out: those whose provider installs no packages (the
+    running interpreter, as it is). Their items are excluded, saying so."""
+    if not opts.pins:
+        return []
+    saved = dataclasses.replace(opts, pins=(), model=None, families=(), as_of=None)
+    return [c for c in selected_cells(saved) if not c.installs_packages]
 
 
 def default_repros(opts: RunOptions) -> tuple[str, ...]:
@@ -227,12 +246,22 @@ def plan_items(opts: RunOptions) -> Plan:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
     plan = Plan()
+    # The order asked for with --repros (or the matrix's repros), else by id.
+    order = [r for r in wanted_repros if r in known] if wanted_repros else sorted(known)
+    pins = " ".join(f"{name}{spec}" for name, spec in opts.pins)
+    for cell in unpinnable_cells(opts):
+        for repro_id in order:
+            if cell.repros is not None and repro_id not in cell.repros:
+                continue
+            for mode in (m for m in known[repro_id].spec.modes if m in opts.modes):
+                why = (
+                    f"--pin {pins} cannot change its packages: provider {cell.provider} takes the interpreter as it is"
+                )
+                plan.excluded.append(ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=why))
     for cell in selected_cells(opts):
         for stem, broken in sorted(opts.discovery.broken.items()):
             if not wanted_repros or stem in wanted_repros:
                 plan.broken.append((cell, broken))
-        # The order asked for with --repros (or the matrix's repros), else by id.
-        order = [r for r in wanted_repros if r in known] if wanted_repros else sorted(known)
         for repro_id in order:
             repro = known[repro_id]
             if cell.repros is not None and repro_id not in cell.repros:

@@ -15,6 +15,7 @@ whole plan and its own part in ``run.json`` for ``merge`` to check.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import statistics
@@ -29,6 +30,9 @@ from harness.records.run_meta import ShardMeta
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 #: What an item weighs when no previous run has timed anything.
 DEFAULT_WEIGHT_S = 1.0
+#: The most shards a plan is split into: far more runners than any CI gives one job, and a bound on
+#: what splitting costs (an N of 10^8 once took 13.5 GB; a 20-digit one, a traceback).
+MAX_SHARDS = 10_000
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,14 @@ def parse_shard(text: str) -> Shard:
     match = _SHARD.match(text)
     if not match:
         raise UserError("--shard", text, "is not I/N", "write the shard as I/N with 1 <= I <= N, e.g. --shard 1/4")
+    digits = len(str(MAX_SHARDS))
+    if len(match[2].lstrip("0")) > digits or len(match[1].lstrip("0")) > digits or int(match[2]) > MAX_SHARDS:
+        raise UserError(
+            "--shard",
+            text,
+            f"splits the plan into more than {MAX_SHARDS:,} shards",
+            f"give N from 1 to {MAX_SHARDS:,}: one shard per runner",
+        )
     index, count = int(match[1]), int(match[2])
     if count < 1 or not 1 <= index <= count:
         raise UserError(
@@ -107,14 +119,17 @@ def assign(labels: Sequence[str], durations: Mapping[str, float], count: int) ->
     if len(set(labels)) != len(labels):
         raise ValueError("labels must be unique")
     weight = weights(labels, durations)
-    loads = [0.0] * count
-    parts: list[list[str]] = [[] for _ in range(count)]
+    # The least loaded shard takes the next item (ties: the lower shard), from a heap: time in
+    # log(count) an item. Every item weighs more than 0, so the shards past the number of items
+    # get none; they are never made until asked for.
+    heap = [(0.0, i) for i in range(min(count, len(labels)))]
+    parts: list[list[str]] = [[] for _ in heap]
     for key in sorted(labels, key=lambda k: (-weight[k], k)):
-        target = min(range(count), key=lambda i: (loads[i], i))
+        load, target = heapq.heappop(heap)
         parts[target].append(key)
-        loads[target] += weight[key]
+        heapq.heappush(heap, (load + weight[key], target))
     position = {k: i for i, k in enumerate(labels)}
-    return [sorted(part, key=position.__getitem__) for part in parts]
+    return [sorted(part, key=position.__getitem__) for part in parts] + [[] for _ in range(count - len(parts))]
 
 
 def shard_meta(

@@ -80,6 +80,8 @@ class RankSummary(Frozen):
     exitcode: int | None = None
     error_type: str | None = None
     log_tail: str = ""
+    #: The rank its code was told it is, where that is not the rank it was launched as.
+    ran_as_rank: int | None = None
 
 
 class EnvSummary(Frozen):
@@ -185,7 +187,10 @@ class ItemRecord(BaseModel):
     versions: dict[str, str | None]
     #: The cell's listing of the same, where it differs from what the ranks imported.
     versions_listed: dict[str, str | None] | None = None
+    #: The world the ranks ran in, as they saw it (the launch's, unless a repro's own settings told
+    #: them another: then ``world_size_launched`` is the launch's, and a reason says so).
     world_size: int
+    world_size_launched: int | None = None
     device: str | None
     device_name: str | None = None
     cuda_version: str | None = None

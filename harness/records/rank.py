@@ -67,6 +67,16 @@ class TrainFacts(_Read):
     adapter_weight_delta: dict[str, float | str | None] = Field(default_factory=dict)
 
 
+class RanAs(_Read):
+    """Who a rank's code was told it is, as it ended (``repros/runtime/record.py``: ``ran_as``)."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    #: ``environment`` (torchrun's variables as the rank left them) or ``process group``.
+    source: str | None = None
+
+
 class RankRecord(_Read):
     record_version: int = 1
     rank: int
@@ -102,6 +112,15 @@ class RankRecord(_Read):
     wall_s: float | None = None
     #: What the repro recorded (``ctx.facts``).
     facts: dict[str, JsonValue] = Field(default_factory=dict)
+    #: Who its code was told it is as it ended, where the rank said (a repro's own settings may
+    #: have told it another rank or world than it was launched as).
+    ran_as: RanAs | None = None
+
+    @field_validator("ran_as", mode="before")
+    @classmethod
+    def _ran_as_if_readable(cls, value: JsonValue) -> JsonValue:
+        """A rank that wrote something else there still ran: its record is read, that part is not."""
+        return value if isinstance(value, dict) else None
 
     @field_validator("facts", mode="before")
     @classmethod

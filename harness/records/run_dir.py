@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,8 @@ from harness.records.item import ItemId, validation_problem
 from harness.records.results import RESULTS_FILE, Records, ResultsWriter, read_results
 from harness.records.run_meta import CellMeta, RunMeta
 
+#: A file written beside its final name and renamed into place (``NAME.tmp``, ``NAME.tmp<pid>``).
+_PARTIAL = re.compile(r"\.tmp\d*$")
 RUN_FILE = "run.json"
 CELLS_FILE = "cells.jsonl"
 LOCK_FILE = ".lock"
@@ -81,14 +84,24 @@ class RunDir:
     # -- creating and opening ----------------------------------------------------------
     @classmethod
     def create(cls, path: Path) -> RunDir:
-        """A new run directory (it may exist, but must hold no run's results)."""
+        """A new run directory: it may exist, but must be empty (hidden entries aside) and hold no
+        run. A run writes its reports (``index.html``, ``junit.xml``...) into it: a folder of the
+        user's own is never written over."""
         run = cls(path)
-        if run.results_path.exists() or run.meta_path.exists():
-            raise UserError(
-                path, RESULTS_FILE, "already holds the results of another run", "choose a new --out directory"
-            )
+        held = run.held_file()
+        if held is not None:
+            raise UserError(path, held, "already holds the results of another run", "choose a new --out directory")
         if (run.path / LOCK_FILE).exists():
             run._refuse_if_locked()
+        others = run._entries_of_its_own()
+        if others:
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise UserError(
+                path,
+                "--out",
+                f"is not empty and holds no run ({shown}): the run's reports would be written over what is there",
+                "give --out a new or empty directory",
+            )
         try:
             run.path.mkdir(parents=True, exist_ok=True)
             probe = run.path / ".write-test"
@@ -100,6 +113,20 @@ class RunDir:
             ) from None
         return run
 
+    def held_file(self) -> str | None:
+        """The file that says a run is here (``results.jsonl``, else ``run.json``), or None: what a
+        refusal to write over it names."""
+        return next((p.name for p in (self.results_path, self.meta_path) if p.exists()), None)
+
+    def _entries_of_its_own(self) -> list[str]:
+        """What a directory holds that no run put there (hidden entries, a run's lock, aside)."""
+        try:
+            return sorted(entry.name for entry in os.scandir(self.path) if not entry.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError:
+            return []
+
     @classmethod
     def existing(cls, path: Path) -> RunDir:
         """The directory of an earlier run (``report``, ``--resume``, ``compare``, ``merge``)."""
@@ -107,7 +134,12 @@ class RunDir:
         if not run.path.is_dir():
             raise UserError(path, "", "is not a directory", "pass the directory of a run (reports/<run-id>)")
         if not run.results_path.is_file() and not run.meta_path.is_file():
-            raise UserError(path, RESULTS_FILE, "no results here", "pass the directory of a run (reports/<run-id>)")
+            raise UserError(
+                path,
+                "",
+                f"holds no run (neither {RESULTS_FILE} nor {RUN_FILE})",
+                "pass the directory of a run (reports/<run-id>)",
+            )
         return run
 
     # -- run.json ------------------------------------------------------------------------
@@ -178,6 +210,23 @@ class RunDir:
         tmp = self.path / f"{RUN_FILE}.tmp{os.getpid()}"
         tmp.write_text(json.dumps(meta.as_json(), indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.meta_path)
+
+    def remove_partial_writes(self) -> list[Path]:
+        """Remove what writes cut short by a killed run left (``run.json.tmp<pid>``, ``index.html.tmp``,
+        a rank's ``rank0.json.tmp<pid>``): nothing reads them, and a resumed run finishes whole. Only
+        while the directory is held (``locked``): no writer of its own is alive then."""
+        found = [p for p in self.path.glob("*.tmp*") if _PARTIAL.search(p.name)]
+        found += [p for p in self.path.glob(f"{ITEMS_DIR}/*/*/*.tmp*") if _PARTIAL.search(p.name)]
+        found += [p for p in self.path.glob(f"{ITEMS_DIR}/*/*/.*.tmp") if _PARTIAL.search(p.name)]
+        removed = []
+        for partial in found:
+            try:
+                if partial.is_file() and not partial.is_symlink():
+                    partial.unlink()
+                    removed.append(partial)
+            except OSError:
+                continue
+        return removed
 
     # -- records -------------------------------------------------------------------------
     def records(self) -> Records:

@@ -118,6 +118,12 @@ class RunMeta(_Meta):
     interrupted: str | None = None
     #: A record or report that could not be written (a full disk).
     write_error: str | None = None
+    #: A usage error that ended the run once it had started (its executor could not start), in one line.
+    failed: str | None = None
+    #: Items whose attempts (``--repeat``, ``--reruns``) had begun to finish when the run stopped, and
+    #: have no record yet: each finished attempt's directory, holding its own record (``attempt.json``);
+    #: ``--resume`` goes on from them. Empty once every such item is recorded.
+    unrecorded_attempts: dict[str, list[str]] = Field(default_factory=dict)
     argv: list[str] = Field(default_factory=list)
     program: str = ""
     options: StoredOptions | None = None

@@ -21,18 +21,32 @@ def culprit_text(change: Change) -> str:
     return f"{c.package} {c.last} → {c.first}" if c else "-"
 
 
-def headline(changes: Sequence[Change]) -> str:
+def headline(changes: Sequence[Change], not_compared: int = 0) -> str:
+    """What the night comes to; ``not_compared``: items of either night with no counterpart in the
+    other, said beside it (a change among them could not be seen)."""
+    aside = f" {not_compared} item{'s' if not_compared != 1 else ''} could not be compared." if not_compared else ""
     if not changes:
-        return "No item changed its outcome."
+        among = " of those compared" if not_compared else ""
+        return f"No item{among} changed its outcome.{aside}"
     counts = {v: sum(1 for c in changes if c.verdict == v) for v in VERDICTS}
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     regressed = counts[REGRESSED]
     lead = f"**{regressed} regressed**" if regressed else "No regression"
-    return f"{lead}: {len(changes)} item{'s' if len(changes) != 1 else ''} changed ({parts})."
+    return f"{lead}: {len(changes)} item{'s' if len(changes) != 1 else ''} changed ({parts}).{aside}"
 
 
-def markdown(changes: Sequence[Change], previous: str, tonight: str) -> str:
-    lines = [f"## ft-regress watch: {tonight} against {previous}", "", headline(changes), ""]
+#: The items not compared that the markdown names (``run.json`` keeps every one).
+NOT_COMPARED_SHOWN = 20
+
+
+def markdown(changes: Sequence[Change], previous: str, tonight: str, not_compared: Sequence[str] = ()) -> str:
+    lines = [f"## ft-regress watch: {tonight} against {previous}", "", headline(changes, len(not_compared)), ""]
+    if not_compared:
+        lines += ["Not compared:", ""]
+        lines += [f"- {_cell(line)}" for line in not_compared[:NOT_COMPARED_SHOWN]]
+        if len(not_compared) > NOT_COMPARED_SHOWN:
+            lines.append(f"- ... and {len(not_compared) - NOT_COMPARED_SHOWN} more (run.json: watch.not_compared)")
+        lines.append("")
     if not changes:
         return "\n".join(lines)
     order = {v: i for i, v in enumerate(VERDICTS)}

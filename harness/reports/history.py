@@ -4,7 +4,10 @@
 Other runs' files are read defensively: each record is validated, and one that is not a record
 of this harness (a field of the wrong type, an outcome that does not exist) is left out and
 named, never trusted, so one damaged run never stops a later run's report; a run whose
-``run.json`` cannot be read is left out whole, and named."""
+``run.json`` cannot be read, or whose results hold more than ``MOST_LINES_LEFT_OUT`` lines that are
+not records (a corrupt or foreign file), is left out whole, read no further. Either way a run is
+named in one line, however much of it is bad: a sibling full of garbage neither floods the log nor
+swells the report."""
 
 from __future__ import annotations
 
@@ -51,7 +54,10 @@ def _load(
         return None, exc.line()
     except (OSError, ValueError, RecursionError) as exc:
         return None, f"cannot be read ({exc})"
-    skipped.extend(records.skipped)
+    if records.skipped:
+        # One line a run, however many of its lines are left out.
+        more = len(records.skipped) - 1
+        skipped.append(records.skipped[0] + (f" (and {more} more of its lines, left out too)" if more else ""))
     return PastRun(
         run_id=meta.run_id or directory.name,
         name=directory.name,

@@ -32,9 +32,10 @@ from markupsafe import Markup
 
 from harness import __version__
 from harness.core.names import natural_key
+from harness.core.text import plain
 from harness.records.changes import VERDICTS, Change
 from harness.records.item import ItemRecord, counts_text
-from harness.records.results import Records
+from harness.records.results import Records, torn_line
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
 from harness.reports.changes_summary import culprit_text, headline, moved_text
 from harness.reports.cost_table import entries as cost_entries
@@ -127,6 +128,14 @@ def _static(name: str) -> str:
     return resources.files("harness.reports").joinpath("templates", name).read_text(encoding="utf-8")
 
 
+def _visible(value: object) -> object:
+    """A value as the page shows it: text with its control characters made visible (``plain``);
+    markup the report made itself (its plots, styles and script) as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return plain(value)
+    return value
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("harness.reports", "templates"),
@@ -134,6 +143,9 @@ def _environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        # Every text a run wrote (an error message, a log tail, a name) is escaped for HTML and shows
+        # its control characters (ESC, BEL, NUL, bidirectional overrides) as escapes, never raw.
+        finalize=_visible,
     )
     env.filters["bytes"] = format_bytes
     env.filters["step"] = format_step
@@ -254,12 +266,15 @@ def _mark(record: ItemRecord) -> int:
 
 
 class _Strings:
-    """Every string of the page's data once: the data names them by their index."""
+    """Every string of the page's data once: the data names them by their index. The script puts
+    them on the page as they are, so they are kept as the page shows every run's text: control
+    characters and bidirectional overrides made visible (``plain``)."""
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
 
     def __call__(self, text: str) -> int:
+        text = plain(text)
         found = self.index.get(text)
         if found is None:
             found = self.index[text] = len(self.index)
@@ -463,6 +478,13 @@ def render_report(
     return "".join(report_parts(records, meta, history, history_skipped, changes, changes_problem, notes=notes))
 
 
+def _not_compared(meta: RunMeta) -> int:
+    """How many items a ``watch`` run could not pair with the previous night's (``run.json``)."""
+    watched = (meta.model_extra or {}).get("watch")
+    listed = watched.get("not_compared") if isinstance(watched, dict) else None
+    return len(listed) if isinstance(listed, list) else 0
+
+
 def report_parts(
     records: Sequence[ItemRecord],
     meta: RunMeta,
@@ -546,7 +568,7 @@ def report_parts(
         history_rows=_history(history, history_moved),
         history_same=len(history_same),
         changes=None if changes is None else sorted(changes, key=lambda c: (VERDICTS.index(c.verdict), c.item)),
-        changes_headline=headline(changes or []),
+        changes_headline=headline(changes or [], _not_compared(meta)),
         changes_problem=changes_problem,
         moved_text=moved_text,
         culprit_text=culprit_text,
@@ -571,6 +593,9 @@ def write(run: FinishedRun) -> Path:
     skipped: list[str] = []
     history = load_history(run.dir.path, skipped=skipped, current_records=run.records)
     notes = run.records.duplicates if isinstance(run.records, Records) else []
+    torn = torn_line(run.records)
+    if torn is not None:
+        notes = [*notes, f"{torn.describe()}: not counted; `run --resume {run.dir.path}` records it again"]
     path = run.dir.path / REPORT_FILE
     tmp = path.with_suffix(".html.tmp")
     try:

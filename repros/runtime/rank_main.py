@@ -30,7 +30,7 @@ from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
 from repros.runtime.model_size import use_size
-from repros.runtime.record import ScenarioUnavailable, open_log, rank_log_path, write_rank_record
+from repros.runtime.record import ScenarioUnavailable, open_log, ran_as, rank_log_path, write_rank_record
 from repros.runtime.stack_failure import stack_failure
 
 #: How long a collective may block before the process group gives up on its own.
@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         record["versions_imported"] = imported_versions()
         record["wall_s"] = time.perf_counter() - started
         record["finished_at"] = _now()
+        record["ran_as"] = ran_as()  # who its code was told it is, which its own settings may change
         write_rank_record(item_dir, rank, record)
 
     sys.stdout.flush()

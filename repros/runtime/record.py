@@ -66,6 +66,35 @@ def write_rank_record(item_dir: Path, rank: int, record: dict[str, Any]) -> None
     os.replace(tmp, path)
 
 
+def _whole(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def ran_as() -> dict[str, Any]:
+    """Who the rank was as it ended, as its own code saw it: its rank, local rank and world size in
+    the variables torchrun sets (which a repro's settings, a script's ``env:``, may have changed),
+    and from its process group where one is still set up (what collectives ran with). The
+    orchestrator records this, not what it launched, where they differ."""
+    import sys
+
+    seen: dict[str, Any] = {
+        "rank": _whole(os.environ.get("RANK")),
+        "local_rank": _whole(os.environ.get("LOCAL_RANK")),
+        "world_size": _whole(os.environ.get("WORLD_SIZE")),
+        "source": "environment",
+    }
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            seen.update(rank=int(dist.get_rank()), world_size=int(dist.get_world_size()), source="process group")
+    except Exception:  # noqa: BLE001 - a group being torn down: the variables say it
+        pass
+    return seen
+
+
 class ScenarioUnavailable(Exception):
     """Raised by a repro when its scenario cannot run in this cell at all (a missing
     device, a library that lacks the feature). The outcome is ``INFRA``, never a

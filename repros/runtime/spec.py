@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repros.runtime import patterns
 from repros.runtime.families import FAMILIES
 from repros.runtime.outcomes import BY_MODE
 
@@ -50,8 +51,9 @@ class Signature:
     ``exception`` is the fully qualified type name the rank recorded (its module
     plus qualified name); ``aliases`` lists other names the same class is known by
     in other library versions. ``pattern`` is a regular expression searched in the
-    message; every one of ``checks`` must also hold for the signature to count, and
-    every one of ``facts_checks`` on the scenario facts the failing rank recorded.
+    message, within a bound (``repros/runtime/patterns.py``); every one of ``checks`` must
+    also hold for the signature to count, and every one of ``facts_checks`` on the scenario
+    facts the failing rank recorded.
     """
 
     id: str
@@ -82,7 +84,8 @@ class Signature:
     ) -> bool:
         if exception_type != self.exception and exception_type not in self.aliases:
             return False
-        if not re.search(self.pattern, message, flags=re.MULTILINE):
+        # Bounded: a pattern that backtracks without end raises ``PatternRunaway``, said as such.
+        if not patterns.search(self.pattern, message):
             return False
         if self.verdict_from_rank:
             return bool((rank_verdicts or {}).get(self.id))

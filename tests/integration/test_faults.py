@@ -82,7 +82,11 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, 
     work = tmp_path_factory.mktemp("faults")
     out = work / "out"
     proc = subprocess.run(
-        harness(fault_matrix(work), out, "FAULT-SIGKILL,FAULT-HANG,FAULT-NOISY,FAULT-MARKUP,fault_import"),
+        harness(
+            fault_matrix(work),
+            out,
+            "FAULT-SIGKILL,FAULT-HANG,FAULT-NOISY,FAULT-MARKUP,fault_import,FAULT-TOLD-ONE,FAULT-RUNAWAY",
+        ),
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -94,7 +98,6 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, 
 
 def test_every_fault_is_recorded_and_the_run_goes_on(fault_run) -> None:
     code, records, _, log = fault_run
-    assert set(records) == {"FAULT-SIGKILL", "FAULT-HANG", "FAULT-NOISY", "FAULT-MARKUP", "fault_import"}, log
     assert code == 1  # the broken import has no expectation to match
     assert {r: records[r]["outcome"] for r in records} == {
         "FAULT-SIGKILL": "CRASH",
@@ -102,7 +105,24 @@ def test_every_fault_is_recorded_and_the_run_goes_on(fault_run) -> None:
         "FAULT-NOISY": "NOT_REPRODUCED",
         "FAULT-MARKUP": "DIFFERENT_ERROR",
         "fault_import": "INFRA",
+        "FAULT-TOLD-ONE": "NOT_REPRODUCED",
+        "FAULT-RUNAWAY": "INFRA",
     }, log
+
+
+def test_ranks_told_another_world_by_their_script_are_recorded_as_they_ran(fault_run) -> None:
+    _, records, _, _ = fault_run
+    told = records["FAULT-TOLD-ONE"]
+    assert told["world_size"] == 1 and told["world_size_launched"] == 2, told
+    assert [r.get("ran_as_rank") for r in told["ranks"]] == [None, 0]
+    assert any("ran as a world of 1" in r and "launched as 2" in r for r in told["reasons"])
+
+
+def test_a_runaway_signature_pattern_is_named_never_a_hang(fault_run) -> None:
+    _, records, _, _ = fault_run
+    runaway = records["FAULT-RUNAWAY"]
+    assert runaway["error"]["type"] == "ValueError" and runaway["wall_s"] < TIMEOUT_S / 2, runaway
+    assert "FAULT-RUNAWAY.declared" in runaway["reasons"][0] and "a runaway pattern" in runaway["reasons"][0]
 
 
 def test_a_killed_rank_is_named_with_its_signal(fault_run) -> None:

@@ -8,6 +8,7 @@ The real Ray cluster with a node killed is ``tests/integration/test_executors_re
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -214,8 +215,50 @@ def test_a_lane_as_submitit_jobs_gives_the_records_of_a_local_run(tmp_path: Path
     assert all((tmp_path / "jobs" / "items" / r.cell / f"{r.repro}-{r.mode}" / "rank0.json").exists() for r in records)
     meta = json.loads((tmp_path / "jobs" / "run.json").read_text())
     assert meta["concurrency"]["executor"] == "slurm" and meta["concurrency"]["cluster"] == "local"
+    # Asked for, and said plainly as the run starts (and kept): no Slurm ran these jobs.
+    local_note = "--executor slurm with cluster=local: submitit runs every item on this machine, not through Slurm"
+    assert f"note: {local_note}" in jobs.stdout and meta["concurrency"]["note"] == local_note
     assert set(meta["cells"]) == {"a", "b"}
     assert meta["options"]["executor"] == "slurm" and meta["options"]["slurm_parameters"] == [["cluster", "local"]]
+
+
+def test_slurm_where_there_is_none_is_refused_never_run_here_in_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40, class 5: submitit falls back to this machine where it finds no Slurm; the harness
+    refuses instead, in one line, unless cluster=local asks for exactly that."""
+    fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
+    no_slurm = tmp_path / "no-slurm-on-path"
+    no_slurm.mkdir()
+    env = {**os.environ, "PATH": str(no_slurm)}
+    done = harness("run", "--matrix", str(tmp_path / "matrix.yaml"), "--out", str(tmp_path / "out"),
+                   "--executor", "slurm", env=env)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "finds no Slurm here (no srun on PATH)" in done.stderr
+    assert "--slurm-param cluster=local" in done.stderr and not (tmp_path / "out").exists()
+    # Where srun is found, nothing is refused (submitit submits to Slurm).
+    from harness.pipeline.executors.slurm import check_options
+
+    (no_slurm / "srun").write_text("#!/bin/sh\n")
+    (no_slurm / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(no_slurm))
+    check_options({"slurm_parameters": ()})
+
+
+def test_a_local_ray_cluster_started_for_the_run_runs_the_lane(tmp_path: Path) -> None:
+    """Without --ray-address, the run starts its own Ray cluster (from the main thread: Ray's daemons
+    die with the thread that starts them) and its items run there."""
+    env = {**fake_stack.run_env(fake_stack.install(tmp_path)), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_ADDRESS", None)
+    fake_stack.write_repro(tmp_path / "repros", "R1", "raise", "REPRODUCED")
+    fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
+    done = harness("run", "--matrix", str(tmp_path / "matrix.yaml"), "--repros-dir", str(tmp_path / "repros"),
+                   "--executor", "ray", "--out", str(tmp_path / "out"), env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (record,) = read_results(tmp_path / "out" / "results.jsonl")
+    assert record.outcome == "REPRODUCED" and record.node
+    meta = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert meta["concurrency"]["address"] == "a local cluster started for the run"
 
 
 def test_a_slurm_array_task_is_named_as_squeue_and_sacct_name_it() -> None:

@@ -53,5 +53,5 @@ def test_repeat_and_reruns_together_or_zero_attempts_are_refused(tmp_path: Path)
     both = run(tmp_path, env, "R1", "--repeat", "3", "--reruns", "1")
     assert both.returncode == 2 and "cannot be combined with --reruns" in both.stderr
     none = run(tmp_path, env, "R1", "--repeat", "0")
-    assert none.returncode == 2 and "runs nothing" in none.stderr
+    assert none.returncode == 2 and "--repeat takes a whole number (1 or more), not '0'" in none.stderr
     assert not (tmp_path / "out" / "results.jsonl").exists()

@@ -14,11 +14,17 @@ standard input), never whole: memory stays bounded whatever its size (a line lon
 ``MAX_MESSAGE_LINES`` lines and ``MAX_MESSAGE_CHARS`` characters; at most ``MAX_ERRORS`` distinct
 exceptions are kept, the rest counted). Lines are numbered as ``grep -n`` and editors number them:
 by newline only (a ``\r`` progress bar or a form feed does not start a line).
+
+What never ends is refused at once, in one line: a device (``/dev/zero``, ``/dev/urandom``), as
+the file or as standard input, and a stream (a pipe) that gives ``MAX_NUL_BYTES`` of NUL bytes in a
+row (an endless source of them; a file, which ends, may hold a hole of them where a crash left it).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -56,6 +62,12 @@ MAX_LINE_BYTES = 64 * 1024
 MAX_ERRORS = 1000
 #: The most streams (rank prefixes) told apart; lines of any further one are read as one more stream.
 MAX_STREAMS = 256
+#: NUL bytes in a row past which the input is no log (``/dev/zero`` through a pipe): refused.
+MAX_NUL_BYTES = 64 * 2**20
+
+
+class EndlessInput(Exception):
+    """The input is no log and may never end (NUL bytes without end)."""
 
 
 @dataclass(frozen=True)
@@ -237,27 +249,71 @@ def logged_errors(text: str) -> list[LoggedError]:
     return scan_log(text.split("\n")).errors
 
 
-def log_lines(fh: BinaryIO) -> Iterator[str]:
+def log_lines(fh: BinaryIO, stream: bool = False) -> Iterator[str]:
     """``fh``'s lines, one at a time, split at newlines only; a line longer than ``MAX_LINE_BYTES``
-    is cut there and its rest skipped (read in pieces, never held)."""
+    is cut there and its rest skipped (read in pieces, never held). Of a ``stream`` (no file that
+    ends), ``EndlessInput`` after ``MAX_NUL_BYTES`` NUL bytes in a row."""
+    nuls = 0
+
+    def count_nuls(piece: bytes) -> None:
+        nonlocal nuls
+        if not stream:
+            return
+        body = piece.rstrip(b"\n")
+        if body and not body.strip(b"\0"):
+            nuls += len(body)
+            if nuls > MAX_NUL_BYTES:
+                raise EndlessInput(f"{nuls:,} NUL bytes in a row: binary data, not a log")
+        elif body:
+            nuls = len(body) - len(body.rstrip(b"\0"))
+
     while True:
         chunk = fh.readline(MAX_LINE_BYTES)
         if not chunk:
             return
+        count_nuls(chunk)
         if len(chunk) == MAX_LINE_BYTES and not chunk.endswith(b"\n"):
             while True:
                 rest = fh.readline(MAX_LINE_BYTES)
-                if not rest or rest.endswith(b"\n"):
+                if not rest:
+                    break
+                count_nuls(rest)
+                if rest.endswith(b"\n"):
                     break
         yield chunk.decode("utf-8", errors="replace")
+
+
+def _endless_device(mode: int) -> str | None:
+    """What a file of this mode is, where it is a device or socket (no log, possibly endless)."""
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
 
 
 @contextmanager
 def open_log(path: str) -> Iterator[Iterator[str]]:
     """The lines of the log at ``path`` (``-``: standard input), read as they are used."""
     if path == "-":
-        yield log_lines(sys.stdin.buffer)
+        given = os.fstat(sys.stdin.fileno()).st_mode
+        kind = _endless_device(given) if not sys.stdin.isatty() else None
+        if kind is not None:
+            raise UserError("-", "LOG", f"standard input is {kind}, not a log", "pipe or redirect a log file into it")
+        try:
+            yield log_lines(sys.stdin.buffer, stream=not stat.S_ISREG(given))
+        except EndlessInput as exc:
+            raise UserError("-", "LOG", str(exc), "pass a traceback or a CI log") from None
         return
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except OSError:
+        mode = None  # said by open() below
+    kind = _endless_device(mode) if mode is not None else None
+    if kind is not None:
+        raise UserError(path, "LOG", f"is {kind}, not a log file", "pass a traceback or CI log file, or - for stdin")
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below, after the lines are read
     except FileNotFoundError:
@@ -268,7 +324,9 @@ def open_log(path: str) -> Iterator[Iterator[str]]:
         raise UserError(path, "LOG", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
     with fh:
         try:
-            yield log_lines(fh)
+            yield log_lines(fh, stream=mode is None or not stat.S_ISREG(mode))
+        except EndlessInput as exc:
+            raise UserError(path, "LOG", str(exc), "pass a traceback or a CI log") from None
         except IsADirectoryError:
             raise UserError(path, "LOG", "is a directory", "pass a log file, e.g. a rank's rank0.log") from None
         except OSError as exc:

@@ -26,8 +26,10 @@ from harness.analysis.explain.logs import LoggedError
 from harness.config.expectations import holds
 from harness.config.repros import Repro
 from harness.reports.cost_table import CostEntry, Pricing
+from repros.runtime import patterns
 from repros.runtime.context import TRACKED_PACKAGES
 from repros.runtime.outcomes import Outcome
+from repros.runtime.patterns import PatternRunaway
 from repros.runtime.spec import Expectation, ReproSpec, Signature
 from repros.trainer.guards import GUARDS
 
@@ -78,7 +80,10 @@ def _checks_failing(signature: Signature, message: str) -> list[str]:
 def match_signature(repro: Repro, signature: Signature, error: LoggedError) -> SignatureMatch:
     exact = error.type == signature.exception or error.type in signature.aliases
     by_name = not exact and "." not in error.type and error.type == signature.exception.rsplit(".", 1)[-1]
-    found = bool(re.search(signature.pattern, error.message, flags=re.MULTILINE))
+    try:
+        found = patterns.search(signature.pattern, error.message)
+    except PatternRunaway as runaway:
+        return SignatureMatch(repro, signature, error, NEAR, 0.0, f"not matched: {runaway}")
     similarity = _similarity(error, signature)
     if (exact or by_name) and found:
         failing = _checks_failing(signature, error.message)

@@ -5,6 +5,10 @@ mode and model size, a ``--pin`` cell with its matrix cell (``compare``'s pairin
 read from each night's ``run.json``: every distribution installed in the cell's environment (the
 floating cells' whole lock), so a dependency that moved is seen too; a night without it falls back
 to the versions the records carry.
+
+An item of one night with no counterpart in the other is not compared, and ``pairing`` says why
+(its record there is torn, that night planned it and recorded nothing, or never planned it): a
+night that pairs with nothing is never reported as a night where nothing changed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from harness.analysis.compare import by_item, paired_records
 from harness.core.errors import UserError
 from harness.records.item import ItemRecord
+from harness.records.results import torn_line
 from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from repros.runtime.outcomes import Outcome
@@ -98,3 +103,43 @@ def changed_items(previous: Night, tonight: Night) -> list[Candidate]:
             continue
         found.append(Candidate(before, after, moved_between(previous.installed(before), tonight.installed(after))))
     return found
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """How two nights' items paired: how many were compared, and each that was not, with why."""
+
+    compared: int
+    unpaired: list[str]
+
+
+def _cells(records: list[ItemRecord]) -> str:
+    names = sorted({r.cell for r in records})
+    return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "") if names else "none"
+
+
+def pairing(previous: Night, tonight: Night) -> Pairing:
+    """Which items of the two nights were compared, and why each other one could not be."""
+    torn = torn_line(previous.records)
+    planned = set(previous.meta.planned)
+    stopped = f" (that run was interrupted by {previous.meta.interrupted})" if previous.meta.interrupted else ""
+    compared = 0
+    unpaired: list[str] = []
+    for label, before, after in paired_records(by_item(previous.records), by_item(tonight.records)):
+        if before is not None and after is not None:
+            compared += 1
+        elif after is not None:
+            if torn is not None and torn.item == after.id:
+                why = f"its record there is torn (line {torn.line} of {torn.path.name}, cut short mid-write)"
+            elif after.id.label() in planned:
+                why = f"that night planned it and recorded nothing for it{stopped}"
+            else:
+                why = f"that night did not plan it (its cells: {_cells(previous.records)})"
+            unpaired.append(f"tonight's {label} has no record in {previous.path}: {why}")
+        elif before is not None:
+            unpaired.append(
+                f"{previous.path}'s {label} was not run tonight (tonight's cells: {_cells(tonight.records)})"
+            )
+    if torn is not None and (torn.item is None or torn.item not in {r.id for r in tonight.records}):
+        unpaired.append(torn.describe())
+    return Pairing(compared, unpaired)

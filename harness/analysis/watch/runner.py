@@ -1,7 +1,9 @@
 """``watch``: tonight's run of the lane, compared with the previous night's, every change explained.
 
 1. Run the selection as ``run`` does (floating cells resolve tonight, or ``--as-of`` a day).
-2. Pair its items with the previous night's; keep those whose outcome changed.
+2. Pair its items with the previous night's; keep those whose outcome changed. Items that cannot be
+   paired are named with why (a torn record, an item that night did not plan or did not record);
+   a previous night that pairs with nothing is a usage error (exit 2), never "nothing changed".
 3. Classify each (``classify.py``): rerun where nothing moved, bisect what moved.
 4. Write ``changes.json`` and ``changes.md`` into the run directory (and append the markdown to
    ``$GITHUB_STEP_SUMMARY``), then the run's reports again, so ``index.html`` and ``junit.xml`` carry
@@ -22,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.analysis.watch.classify import DEFAULT_CONFIRM, WatchContext, classify
-from harness.analysis.watch.nights import Night, changed_items
+from harness.analysis.watch.nights import Night, Pairing, changed_items, pairing
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.invocation import program
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
@@ -34,6 +36,8 @@ from harness.reports.finalize import finalize
 
 #: Where each change's reruns and bisects keep their run directories, inside the watch run's.
 WORK_DIR = "watch"
+#: The items not compared that are named on the terminal (``run.json`` keeps every one).
+UNPAIRED_SHOWN = 10
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,25 @@ def execute_watch(opts: WatchOptions, console: Console, argv: Sequence[str]) -> 
     if status in (EXIT_USAGE, EXIT_INTERRUPTED) or session.path is None:
         return status
     tonight = Night.load(session.path, flag="--out")
+    paired = pairing(previous, tonight)
+    for line in paired.unpaired[:UNPAIRED_SHOWN]:
+        console.print(f"watch: not compared: {line}", highlight=False, markup=False)
+    if len(paired.unpaired) > UNPAIRED_SHOWN:
+        console.print(f"watch: ... and {len(paired.unpaired) - UNPAIRED_SHOWN} more not compared", highlight=False)
+    if paired.compared == 0:
+        _record_pairing(session.path, previous, paired)
+        raise UserError(
+            "--previous",
+            str(previous.path),
+            f"pairs with none of tonight's {len(tonight.records)} items: nothing was compared",
+            "pass the previous night of the same matrix and lane (tonight's run is kept in " + str(session.path) + ")",
+        )
     candidates = changed_items(previous, tonight)
     console.print(
-        f"watch: {len(candidates)} of {len(tonight.records)} items changed their outcome since {previous.path}",
+        f"watch: {len(candidates)} of the {paired.compared} items compared changed their outcome since "
+        f"{previous.path}" + (f" ({len(paired.unpaired)} not compared)" if paired.unpaired else ""),
         highlight=False,
+        markup=False,
     )
     context = WatchContext(
         run=opts.run,
@@ -93,7 +112,7 @@ def execute_watch(opts: WatchOptions, console: Console, argv: Sequence[str]) -> 
             write_changes(session.path, changes)  # whole after each: an interrupted watch keeps what it found
     except KeyboardInterrupt:
         interrupted = True
-    publish(opts, changes, previous, session.path, console)
+    publish(opts, changes, previous, session.path, console, paired)
     if interrupted:
         console.print(f"interrupted: {len(candidates) - len(changes)} changes not classified", highlight=False)
         return EXIT_INTERRUPTED
@@ -101,13 +120,21 @@ def execute_watch(opts: WatchOptions, console: Console, argv: Sequence[str]) -> 
     return 1 if any(c.verdict == REGRESSED for c in changes) else 0
 
 
-def publish(opts: WatchOptions, changes: list[Change], previous: Night, path: Path, console: Console) -> None:
+def _record_pairing(path: Path, previous: Night, paired: Pairing, **more: object) -> None:
+    """``run.json``'s ``watch``: the previous night, how many items were compared, which were not and why."""
+    run_dir = RunDir(path)
+    watched = {"previous": str(previous.path), "compared": paired.compared, "not_compared": paired.unpaired, **more}
+    run_dir.write_meta(run_dir.read_meta().evolve(watch=watched))
+
+
+def publish(
+    opts: WatchOptions, changes: list[Change], previous: Night, path: Path, console: Console, paired: Pairing
+) -> None:
     write_changes(path, changes)
     run_dir = RunDir(path)
-    meta = run_dir.read_meta()
     counts = {v: sum(1 for c in changes if c.verdict == v) for v in VERDICTS}
-    run_dir.write_meta(meta.evolve(watch={"previous": str(previous.path), "changes": len(changes), "verdicts": counts}))
-    text = markdown(changes, str(previous.path), str(path))
+    _record_pairing(path, previous, paired, changes=len(changes), verdicts=counts)
+    text = markdown(changes, str(previous.path), str(path), paired.unpaired)
     (path / CHANGES_MARKDOWN).write_text(text, encoding="utf-8")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     for target in [t for t in (opts.markdown, Path(summary) if summary else None) if t is not None]:
@@ -116,7 +143,7 @@ def publish(opts: WatchOptions, changes: list[Change], previous: Night, path: Pa
     done = finalize(run_dir)
     for failed in done.failed:
         console.print(f"could not write {failed}", highlight=False)
-    console.print(headline(changes), highlight=False, markup=False)
+    console.print(headline(changes, len(paired.unpaired)), highlight=False, markup=False)
     for c in changes:
         culprit = f"; culprit {culprit_text(c)}" if c.culprit else ""
         console.print(

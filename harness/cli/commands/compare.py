@@ -1,15 +1,20 @@
-"""``compare OLD NEW``: what changed between two runs, as markdown; exit 1 on a new regression."""
+"""``compare OLD NEW``: what changed between two runs, as markdown; exit 1 on a new regression, 2 where
+nothing could be compared (no item in common), said."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.compare import NEW_REGRESSION, Thresholds, compare_runs, markdown
+from harness.analysis.compare import NEW_REGRESSION, Thresholds, compare_runs, markdown, unpaired_text
 from harness.cli.commands.base import Command
+from harness.core.errors import EXIT_USAGE
+from harness.core.text import plain
+from harness.records.results import torn_line
 from harness.records.run_dir import RunDir
 
 
@@ -48,9 +53,17 @@ class CompareCommand(Command):
         )
         old = RunDir.existing(args.old).records()
         new = RunDir.existing(args.new).records()
+        for records in (old, new):
+            torn = torn_line(records)
+            if torn is not None:
+                print(f"warning: {plain(torn.describe())}: that item is not compared", file=sys.stderr)
         changes = compare_runs(old, new, limits)
-        text = markdown(changes, args.old.name, args.new.name)
+        unpaired = unpaired_text(old, new, args.old.name, args.new.name)
+        text = markdown(changes, args.old.name, args.new.name, unpaired)
         print(text)
         if args.markdown:
             args.markdown.write_text(text)
+        if unpaired:
+            print(f"error: {plain(unpaired)}; pass two runs of the same matrix and lane", file=sys.stderr)
+            return EXIT_USAGE
         return 1 if any(c.kind == NEW_REGRESSION for c in changes) else 0

@@ -40,11 +40,13 @@ class ListCommand(Command):
             assert missing is not None
             console.print(plain(f"no matrix: {missing.problem}; {missing.fix}"), highlight=False, markup=False)
             return 0
+        # The matrix's own text (a lane's description, a name) is the user's: shown as it reads, its
+        # control characters and bidirectional overrides made visible, never taken as markup.
         for lane, description in matrix.lanes.items():
             cells = ", ".join(c.name for c in matrix.cells.values() if lane in c.lanes)
-            console.print(
-                f"lane [bold]{lane}[/bold]{': ' + description if description else ''} — {cells}", highlight=False
-            )
+            line = Text("lane ").append(plain(lane), style="bold")
+            line.append(plain(f"{': ' + description if description else ''} — {cells}"))
+            console.print(line, highlight=False)
         for cell in matrix.cells.values():
             pins = (
                 " ".join(f"{k}{v}" if v != NEWEST else f"{k}(newest)" for k, v in cell.packages.items())
@@ -52,5 +54,7 @@ class ListCommand(Command):
                 if cell.installs_packages
                 else f"provider {cell.provider}"
             )
-            console.print(f"cell [bold]{cell.name}[/bold] (world size {cell.world_size}): {pins}", highlight=False)
+            line = Text("cell ").append(plain(cell.name), style="bold")
+            line.append(plain(f" (world size {cell.world_size}): {pins}"))
+            console.print(line, highlight=False)
         return 0

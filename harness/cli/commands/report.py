@@ -41,7 +41,7 @@ class ReportCommand(Command):
         skipped: list[str] = []
         load_history(run_dir.path, skipped=skipped)
         for line in skipped:
-            print(f"warning: left out of the history (it cannot be read): {plain(line)}", file=sys.stderr)
+            print(f"warning: left out of the history: {plain(line)}", file=sys.stderr)
         for failure in done.failed:
             print(f"error: a report could not be written: {failure}", file=sys.stderr)
         return EXIT_USAGE if done.failed else exit_status(records)

@@ -156,7 +156,7 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
         "reruns": args.reruns if args.reruns is not None else stored.reruns,
         "repeat": args.repeat if args.repeat is not None else stored.repeat,
     }
-    return options.selection(
+    opts = options.selection(
         values,
         out_dir=args.resume,
         pins=tuple(stored.pins),
@@ -166,3 +166,14 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
         explore=stored.explore or args.save_expectations,
         save_expectations=args.save_expectations,
     )
+    if meta.matrix is not None and opts.matrix.sha256 != meta.matrix.sha256:
+        # The rest of the run would be planned from the edited file while run.json and the records
+        # written so far describe the first one: refused, never mixed.
+        raise UserError(
+            opts.matrix.path,
+            "",
+            f"has changed since run {meta.run_id or args.resume} started (sha256 {meta.matrix.sha256[:12]} then, "
+            f"{opts.matrix.sha256[:12]} now): its rest would be planned from another matrix than its start",
+            "put the file back as it was to resume, or start a new run with the edited matrix",
+        )
+    return opts

@@ -6,7 +6,8 @@ A new executor is one module with a class that has the ``Executor`` methods, plu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from harness.environments import Environments
 from harness.pipeline.executors.base import Attempted, Executor, ExecutorContext, ItemJob, ItemLost
@@ -31,11 +32,26 @@ def _slurm(context: ExecutorContext, run_dir: RunDir, run_id: str, environments:
     return SlurmExecutor(context, run_dir, run_id)
 
 
+def _ray_options(options: Mapping[str, Any]) -> None:
+    from harness.pipeline.executors.ray import check_options
+
+    check_options(options)
+
+
+def _slurm_options(options: Mapping[str, Any]) -> None:
+    from harness.pipeline.executors.slurm import check_options
+
+    check_options(options)
+
+
 ExecutorFactory = Callable[[ExecutorContext, RunDir, str, Environments | None], Executor]
 
 EXECUTORS: dict[str, ExecutorFactory] = {"local": _local, "ray": _ray, "slurm": _slurm}
 #: The Python package each cluster executor needs, and the extra that installs it.
 NEEDS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}
+#: What each executor checks of its options before a run starts (a cluster nothing answers at, a
+#: cluster that is not there): ``UserError``, one line, where it cannot run as asked.
+CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {"ray": _ray_options, "slurm": _slurm_options}
 
 
 def make_executor(
@@ -48,4 +64,14 @@ def make_executor(
     return EXECUTORS[name](context, run_dir, run_id, environments)
 
 
-__all__ = ["EXECUTORS", "NEEDS", "Attempted", "Executor", "ExecutorContext", "ItemJob", "ItemLost", "make_executor"]
+__all__ = [
+    "CHECKS",
+    "EXECUTORS",
+    "NEEDS",
+    "Attempted",
+    "Executor",
+    "ExecutorContext",
+    "ItemJob",
+    "ItemLost",
+    "make_executor",
+]

@@ -11,17 +11,30 @@ naming that node, and ``Dispatch`` runs it again. Tasks are never retried by Ray
 
 Ray listens on loopback only where it starts a cluster itself (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
 set before ``ray`` is imported, for the cluster, its workers and this driver).
+
+An address nothing answers at is refused before the run starts (``check_address``: one line, exit
+2, within seconds), where Ray itself would rewrite it and retry for many minutes. Ray connects to
+a given address on a thread of its own, waited for at most ``CONNECT_S``: the main thread stays
+where a signal reaches it, so Ctrl-C or SIGTERM stops the run at once and ``run.json`` says so, and
+an address that accepts a connection but is no Ray cluster is refused in one line too. A local
+cluster is started from the main thread (its daemons die with the thread that started them), and
+the run's own SIGTERM handler is put back over the one ``ray.init`` installs there.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+import signal
+import socket
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from harness.core.errors import UserError
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
@@ -34,6 +47,114 @@ NAMESPACE = "ft-regress"
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 #: At most this many items are submitted to the cluster at once (Ray queues what does not fit).
 MOST_IN_FLIGHT = 512
+#: How long an address is given to accept a connection before the run starts.
+PROBE_S = 5.0
+#: How long Ray is given to connect to the cluster (or start a local one).
+CONNECT_S = 45.0
+#: What ``--ray-address`` takes besides HOST:PORT: Ray's own lookup of the running cluster.
+AUTO = "auto"
+
+
+def check_address(address: str) -> None:
+    """Refuse, in one line, an address that is not HOST:PORT (``ray://HOST:PORT``, ``auto``) or that
+    nothing accepts a connection at within ``PROBE_S``."""
+    if address == AUTO:
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            "--ray-address",
+            address,
+            "is not HOST:PORT",
+            "give the Ray head node's address, e.g. --ray-address 10.0.0.5:6379 (or auto)",
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_S):
+            pass
+    except OSError as exc:
+        if isinstance(exc, socket.gaierror):
+            why = f"its host does not resolve ({exc.strerror})"
+        elif isinstance(exc, TimeoutError):
+            why = f"nothing answered within {PROBE_S:.0f} s"
+        else:
+            why = exc.strerror or type(exc).__name__
+        raise UserError(
+            "--ray-address",
+            address,
+            f"cannot be reached ({why}): no Ray cluster listens there",
+            "start the cluster (ray start --head) and give its head's address, or leave --ray-address out "
+            "to start a local cluster for the run",
+        ) from None
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """What can be known of ``--executor ray`` before a run starts: its address answers."""
+    if options.get("ray_address"):
+        check_address(str(options["ray_address"]))
+
+
+class _NotMainThread(logging.Filter):
+    """Ray's word that it installed no SIGTERM handler off the main thread: the run keeps its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _start_local(ray: Any, init: dict[str, Any]) -> None:
+    """A local cluster for the run, started from the main thread (Ray's daemons are bound to the
+    thread that starts them); the stop signals stay the run's (``ray.init`` sets its own SIGTERM)."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**init)
+    except Exception as exc:  # noqa: BLE001 - said in one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise UserError(
+            "--executor", "ray", f"Ray could not start a local cluster: {first}", "check `ray status`"
+        ) from None
+    finally:
+        if before is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, before)
+
+
+def _connect(ray: Any, init: dict[str, Any], address: str) -> None:
+    """``ray.init`` on a thread of its own, waited for at most ``CONNECT_S`` with the main thread where
+    a signal reaches it (Ray blocks in native code while it retries); a refusal is one line."""
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def connect() -> None:
+        try:
+            ray.init(**init)
+        except BaseException as exc:  # noqa: BLE001 - said by the waiting thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    quiet = _NotMainThread()
+    logging.getLogger("ray._private.worker").addFilter(quiet)
+    try:
+        threading.Thread(target=connect, name="ray-connect", daemon=True).start()
+        deadline = time.monotonic() + CONNECT_S
+        while not done.wait(0.2):
+            if time.monotonic() > deadline:
+                raise UserError(
+                    "--ray-address",
+                    address,
+                    f"no Ray cluster answered within {CONNECT_S:.0f} s (the address accepts connections: is it a "
+                    "Ray head's GCS port?)",
+                    "give the address `ray start --head` printed, or leave --ray-address out to start a local cluster",
+                )
+    finally:
+        logging.getLogger("ray._private.worker").removeFilter(quiet)
+    if failure:
+        first = (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0][:300]
+        raise UserError(
+            "--ray-address",
+            address,
+            f"Ray could not connect: {first}",
+            "check the cluster (ray status), or leave --ray-address out to start a local cluster",
+        )
 
 
 def tracker_name(run_id: str) -> str:
@@ -91,8 +212,9 @@ class RayExecutor:
         if not ray.is_initialized():
             init: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "include_dashboard": False}
             if context.ray_address is not None:
-                init["address"] = context.ray_address
-            ray.init(**init)
+                _connect(ray, {**init, "address": context.ray_address}, context.ray_address)
+            else:
+                _start_local(ray, init)
         here = ray.get_runtime_context().get_node_id()
         self.tracker: Any = (
             ray.remote(AttemptTracker)

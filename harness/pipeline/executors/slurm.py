@@ -14,6 +14,10 @@ A job that ends without a result (its node failed, it was preempted, cancelled o
 Two are the harness's own: ``cluster=local`` runs jobs as processes on this machine (submitit's
 local executor, what the tests use where no Slurm runs), and ``gpu=true`` asks for ``world_size``
 GPUs per job (else ``world_size`` CPUs).
+
+Where no Slurm is found, submitit would quietly run every job on this machine: ``--executor slurm``
+is refused there instead (``check_options``), unless ``cluster=local`` asks for exactly that; a run
+that does says so as it starts, and ``run.json`` records the cluster it ran on.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import UserError
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
@@ -45,6 +50,27 @@ WAIT_GRACE_S = 300
 POLL_S = 2.0
 #: The harness's own parameters, not submitit's.
 OWN_PARAMETERS = ("cluster", "gpu")
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """``--executor slurm`` where submitit finds no Slurm (no ``srun`` on PATH) and ``cluster`` is
+    not named: refused in one line, never run on this machine without a word."""
+    named = dict(options.get("slurm_parameters") or ()).get("cluster")
+    if named:
+        return
+    import submitit
+
+    try:
+        found = submitit.AutoExecutor.which()
+    except RuntimeError:
+        found = None
+    if found != "slurm":
+        raise UserError(
+            "--executor",
+            "slurm",
+            "finds no Slurm here (no srun on PATH): submitit would run every item on this machine instead",
+            "run it where Slurm is, or ask for that with --slurm-param cluster=local (submitit's local executor)",
+        )
 
 
 def slurm_job_id(environ: Mapping[str, str]) -> str | None:
@@ -235,8 +261,17 @@ class SlurmExecutor:
         self.abort()
 
     def describe(self) -> dict[str, Any]:
+        local = (
+            {
+                "note": f"--executor slurm with cluster={self.cluster}: submitit runs every item on this machine, "
+                "not through Slurm"
+            }
+            if self.cluster != "slurm"
+            else {}
+        )
         return {
             "name": self.name,
+            **local,
             "cluster": self.cluster,
             "folder": str(self.folder),
             "nodes_used": sorted(self.nodes_used),
