@@ -30,7 +30,7 @@ def stack(**changed: str | None) -> dict[str, str]:
     return pins
 
 
-#: The ci lane's ``current`` cell.
+#: The ci lane's ``current`` cell (and ``current-new-paths``, ``current-cuda-only``: its environment).
 CURRENT = stack()
 #: ``tf4``: late transformers 4.x.
 TF4 = stack(transformers="4.57.6")
@@ -56,3 +56,23 @@ TORCH_2_11_ACC_1_13 = stack(torch="2.11.0", accelerate="1.13.0")
 TRL_TF_5_5_3 = stack(transformers="5.5.3", trl="1.1.0", kernels="0.13.0")
 #: ``tf4-accelerate-1.7.0``.
 TF4_ACC_1_7 = stack(transformers="4.57.6", accelerate="1.7.0")
+#: ``sp-ds-0.18.1``: DeepSpeed 0.18.1 for Ulysses sequence parallelism (F26, F27).
+SP_DS_0_18_1 = stack(deepspeed="0.18.1")
+#: ``sp-ds-0.18.3``: DeepSpeed 0.18.3, the last before PR #7737 (F26) and after PR #7649 (F27).
+SP_DS_0_18_3 = stack(deepspeed="0.18.3")
+#: ``peft-0.20.0``: peft before PR #3576 (F29).
+PEFT_0_20_0 = stack(peft="0.20.0")
+#: ``torchao-peft-0.18.1``: peft 0.18.1 beside torchao 0.18.0 (F30).
+TORCHAO_PEFT_0_18_1 = stack(peft="0.18.1", torchao="0.18.0")
+#: ``torchao-0.18``: the current releases beside torchao 0.18.0 (F30's clean side).
+TORCHAO_0_18 = stack(torchao="0.18.0")
+#: ``trl-1.6.0-fsdp2``: TRL 1.6.0, the last before PR #6065 (F31).
+TRL_1_6_0_FSDP2 = stack(trl="1.6.0")
+#: ``trl-1.7.0-fsdp2``: TRL 1.7.0 (F31's clean side).
+TRL_1_7_0_FSDP2 = stack(trl="1.7.0")
+#: ``tf-5.0.0``: transformers 5.0.0 (F32's silent form).
+TF_5_0_0 = stack(transformers="5.0.0")
+#: ``tf-5.1.0``: transformers 5.1.0 (F32's conversion error).
+TF_5_1_0 = stack(transformers="5.1.0")
+#: ``acc-1.12-cp``: accelerate 1.12.0 (F28 on two GPUs; on a CPU accelerate refuses its ParallelismConfig).
+ACC_1_12_CP = stack(accelerate="1.12.0")

@@ -25,6 +25,7 @@ fixed: the same through the fixed trainer's guards (``bnb-4bit-uint8-storage-fsd
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
@@ -69,10 +70,16 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu"),
+        Expectation("bug", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu", under=(CURRENT,)),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu"),
     ),
     world_size=1,
+    depends_on=("torch", "transformers", "accelerate", "bitsandbytes"),
+    depends_on_why=(
+        "torch's FSDP2 parameter swap (its CUDA copy path) rewrites the bytes bitsandbytes packed its 4-bit weights "
+        "into, stored in bfloat16 by transformers' quantized load (which requires accelerate); the forwards compared "
+        "have no adapter, so peft takes no part, and no DeepSpeed runs"
+    ),
     description=__doc__ or "",
 )
 

@@ -21,6 +21,7 @@ fixed: the same through the fixed trainer's guards (``liger-loss-off-under-zero3
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
@@ -65,10 +66,16 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu"),
+        Expectation("bug", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu", under=(CURRENT,)),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu"),
     ),
     pass_rule="clean-exit",
+    depends_on=("torch", "deepspeed", "transformers", "accelerate", "trl", "liger-kernel"),
+    depends_on_why=(
+        "TRL's GRPO trainer (transformers' Trainer, through accelerate) hands Liger's fused loss (liger-kernel, "
+        "Triton on torch) the lm_head weight ZeRO-3 (deepspeed) partitioned; GRPO trains the whole model, so peft "
+        "takes no part, and nothing is quantized"
+    ),
     description=__doc__ or "",
 )
 

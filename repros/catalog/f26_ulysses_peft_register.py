@@ -24,6 +24,7 @@ fixed: the same through the fixed trainer's guards (``ulysses-register-base-mode
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, SP_DS_0_18_1, SP_DS_0_18_3, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
@@ -66,13 +67,32 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": ">=0.17.0,<0.18.4"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"deepspeed": ">=0.17.0,<0.18.4"},
+            established_by=_ESTABLISHED,
+            under=(SP_DS_0_18_1, SP_DS_0_18_3),
+        ),
+        # current-new-paths, and the bisect's good step (sp-ds-0.18.3 with deepspeed 0.18.4).
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, stack(deepspeed="0.18.4")),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     world_sizes=WorldSizes(minimum=2),
     world_sizes_why="Ulysses splits the sequence across the ranks of its group: one rank is no sequence parallelism "
     "(register_with_transformers does nothing at degree 1)",
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "DeepSpeed's Ulysses registration takes peft's PeftModel for a name and hands it to transformers' config "
+        "lookup, on torch's collectives; the repro drives DeepSpeed's engine itself, so accelerate takes no part, "
+        "and nothing is quantized"
+    ),
     description=__doc__ or "",
 )
 

@@ -25,6 +25,7 @@ fixed: the same through the fixed trainer's guards (``ulysses-zero1-not-zero0`` 
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, SP_DS_0_18_1, SP_DS_0_18_3, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
@@ -66,8 +67,21 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"deepspeed": ">=0.17.0,<0.18.2"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"deepspeed": ">=0.17.0,<0.18.2"},
+            established_by=_ESTABLISHED,
+            under=(SP_DS_0_18_1,),
+        ),
+        # sp-ds-0.18.3, current-new-paths, and the bisect's good step (sp-ds-0.18.1 with deepspeed 0.18.2).
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(SP_DS_0_18_3, CURRENT, stack(deepspeed="0.18.2")),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -81,6 +95,12 @@ SPEC = ReproSpec(
     world_sizes=WorldSizes(minimum=2),
     world_sizes_why="Ulysses splits the sequence across the ranks of its group: at degree 1 register_with_transformers "
     "returns no mpu and the optimizer never asks it",
+    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on_why=(
+        "ZeRO stage 0's bf16 optimizer wrapper (deepspeed) asks DeepSpeed's Ulysses mpu, registered with transformers' "
+        "attention, for the model-parallel group while it steps peft's adapters with a torch optimizer; the repro "
+        "drives DeepSpeed's engine itself, so accelerate takes no part, and nothing is quantized"
+    ),
     description=__doc__ or "",
 )
 

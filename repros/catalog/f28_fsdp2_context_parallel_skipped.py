@@ -25,6 +25,7 @@ fixed: the same through the fixed trainer's guards (``accelerate-cp-context`` on
 
 from __future__ import annotations
 
+from repros.catalog._stacks import ACC_1_12_CP
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
@@ -65,12 +66,17 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu"),
+        Expectation("bug", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu", under=(ACC_1_12_CP,)),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_CPU, note=CPU_REASON, device="cpu"),
     ),
     world_sizes=WorldSizes(minimum=2),
     world_sizes_why="context parallelism splits each sequence across the ranks: accelerate enables it only for "
     "cp_size > 1",
+    depends_on=("torch", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "accelerate's FSDP2 preparation skips torch's context_parallel for a transformers model with peft's "
+        "adapters; no DeepSpeed runs (the sp_backend is only a name), nothing is quantized"
+    ),
     description=__doc__ or "",
 )
 

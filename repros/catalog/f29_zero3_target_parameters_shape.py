@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.catalog._stacks import CURRENT, PEFT_0_20_0, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -77,8 +78,13 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"peft": ">=0.17.0,<0.21.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"peft": ">=0.17.0,<0.21.0"}, established_by=_ESTABLISHED, under=(PEFT_0_20_0,)
+        ),
+        # current-new-paths, and the bisect's good step (peft-0.20.0 with peft 0.21.0).
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT, stack(peft="0.21.0"))
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -88,6 +94,12 @@ SPEC = ReproSpec(
             {"zero_init": False},
             claim="huggingface/peft#2916 (loading without zero3_init_flag trains)",
         ),
+    ),
+    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on_why=(
+        "peft's ParamWrapper reads the shape of transformers' fused expert weights that DeepSpeed partitioned as it "
+        "loaded (zero.Init, arranged through transformers' integration, which reads accelerate), on torch; the "
+        "repro drives the engine itself, and nothing is quantized"
     ),
     description=__doc__ or "",
 )

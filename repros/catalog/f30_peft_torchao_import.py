@@ -25,6 +25,7 @@ fixed: the same scenario through the fixed trainer's guards (``peft-torchao-disp
 
 from __future__ import annotations
 
+from repros.catalog._stacks import TORCHAO_0_18, TORCHAO_PEFT_0_18_1, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
@@ -72,8 +73,18 @@ SPEC = ReproSpec(
             {"peft": ">=0.14.0,<0.19.0", "torchao": ">=0.18.0"},
             established_by=_ESTABLISHED,
             note="PEFT 0.14.0 (PR #2062) added the dispatcher and its import",
+            under=(TORCHAO_PEFT_0_18_1,),
         ),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"torchao": ">=0"}, established_by=_ESTABLISHED),
+        # torchao-0.18, and the peft bisect's good step (torchao-peft-0.18.1 with peft 0.19.0). Not the torchao
+        # bisect's good step (peft 0.18.1 with torchao 0.17.0): this range names torchao, so it would hold
+        # peft 0.18.1 beside every torchao, the failing one too.
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"torchao": ">=0"},
+            established_by=_ESTABLISHED,
+            under=(TORCHAO_0_18, stack(peft="0.19.0", torchao="0.18.0")),
+        ),
         Expectation("fixed", Outcome.PASS, {"torchao": ">=0"}, established_by=_ESTABLISHED),
         Expectation("bug", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TORCHAO),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TORCHAO),
@@ -85,6 +96,12 @@ SPEC = ReproSpec(
             {"quantization": "nf4"},
             claim="unsloth PR #11168 (QLoRA trains where 16-bit LoRA fails)",
         ),
+    ),
+    depends_on=("torch", "peft", "torchao"),
+    depends_on_why=(
+        "peft's LoRA torchao dispatcher imports a class from torchao, whose import runs on the torch it was built "
+        "for; the error comes at get_peft_model, for any linear layer of any transformers model, before any engine: "
+        "transformers, DeepSpeed, accelerate and bitsandbytes take no part"
     ),
     description=__doc__ or "",
 )

@@ -21,6 +21,7 @@ fixed: the same through the fixed trainer's guards (``trl-nll-under-fsdp2-peft``
 
 from __future__ import annotations
 
+from repros.catalog._stacks import TRL_1_6_0_FSDP2, TRL_1_7_0_FSDP2
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
@@ -64,8 +65,17 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"trl": ">=1.4.0,<1.7.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {"trl": ">=1.4.0"}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"trl": ">=1.4.0,<1.7.0"},
+            established_by=_ESTABLISHED,
+            under=(TRL_1_6_0_FSDP2,),
+        ),
+        # From 1.7.0, not 1.4.0: the range must not overlap the one above (the atlas reads each as a claim).
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {"trl": ">=1.7.0"}, established_by=_ESTABLISHED, under=(TRL_1_7_0_FSDP2,)
+        ),
         Expectation("fixed", Outcome.PASS, {"trl": ">=1.4.0"}, established_by=_ESTABLISHED),
         Expectation("bug", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TRL),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TRL),
@@ -77,6 +87,11 @@ SPEC = ReproSpec(
             {"trl_chunked_nll": False},
             claim="huggingface/trl#6064 (chunked_nll became the default in 1.7.0; 'nll' was it before)",
         ),
+    ),
+    depends_on=("torch", "peft", "transformers", "accelerate", "trl"),
+    depends_on_why=(
+        "TRL's chunked loss, patched into a transformers causal LM with peft's adapters, reads lm_head as torch's "
+        "FSDP2 (through accelerate's preparation) left it; no DeepSpeed runs, nothing is quantized"
     ),
     description=__doc__ or "",
 )

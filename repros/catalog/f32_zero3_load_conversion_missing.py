@@ -28,6 +28,7 @@ fixed: the same through the fixed trainer's guards (``zero3-load-whole-then-part
 
 from __future__ import annotations
 
+from repros.catalog._stacks import CURRENT, TF_5_0_0, TF_5_1_0, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -79,8 +80,21 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {"transformers": ">=5.0.0,<5.2.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": ">=5.0.0,<5.2.0"},
+            established_by=_ESTABLISHED,
+            under=(TF_5_0_0, TF_5_1_0),
+        ),
+        # current-new-paths, and the bisect's good step (tf-5.1.0 with transformers 5.2.0).
+        Expectation(
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, stack(transformers="5.2.0")),
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
     variants=(
@@ -90,6 +104,12 @@ SPEC = ReproSpec(
             {"zero_init": False},
             claim="transformers#43940 (ZeRO-2, or loading without zero.Init, loads the weights)",
         ),
+    ),
+    depends_on=("torch", "deepspeed", "transformers", "accelerate"),
+    depends_on_why=(
+        "transformers' ZeRO-3 load (under zero.Init, arranged through its integration, which reads accelerate) "
+        "fills the parameters DeepSpeed partitioned, on torch; the load is checked before peft adds the adapter, so "
+        "peft takes no part, and nothing is quantized"
     ),
     description=__doc__ or "",
 )

@@ -12,16 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from harness.analysis.atlas.build import assemble
-from harness.analysis.atlas.check import AFFECTED, NOT_AFFECTED, UNKNOWN, check_stack, exit_status, where_of
+from harness.analysis.atlas.check import AFFECTED, NOT_AFFECTED, UNKNOWN, answer, check_stack, exit_status, where_of
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.issues import issue_title
 from harness.analysis.atlas.model import AtlasFile, read_atlas
+from harness.analysis.atlas.regions import Where, contains
 from harness.cli.main import main
 from harness.config.repros import discover
 from harness.environments.stacks import parse_stack_text
 from harness.records.changes import Change, Culprit, write_changes
+from repros.runtime.outcomes import Outcome
 from tests.support.paths import REPO_ROOT
 from tests.support.report_fixture import VERSIONS_NEW, _record, write_run
 
@@ -101,6 +104,72 @@ def test_a_failure_proven_on_one_device_answers_for_that_device() -> None:
     assert answers(stack, device="cpu")["F17"][0] == AFFECTED
 
 
+# -- the catalog's data: every failure's claims answer for the cells that established them ------------------------
+
+
+def test_every_documented_failure_says_what_decides_it_and_where_its_ranges_were_proven() -> None:
+    for repro_id, repro in DISCOVERY.repros.items():
+        spec = repro.spec
+        assert spec.depends_on and spec.depends_on_why, repro_id
+        for e in spec.expectations:
+            if e.mode == "bug" and e.outcome in (Outcome.REPRODUCED, Outcome.NOT_REPRODUCED):
+                assert e.under, f"{repro_id}: {e.outcome} {dict(e.when)} records no stack it was proven under"
+
+
+def test_each_cell_a_range_was_established_in_is_answered_as_that_range_says() -> None:
+    # A stack of ``under`` that lies in the range (a cell that ran it) gets the range's answer: no other claim of
+    # the same failure says otherwise there (two ranges that overlap leave it "the proofs disagree").
+    atlas = assemble(DISCOVERY, read_sources([], DISCOVERY))
+    checked = 0
+    for repro_id, repro in DISCOVERY.repros.items():
+        entry = atlas.failure(repro_id)
+        assert entry is not None
+        for e in repro.spec.expectations:
+            if e.mode != "bug" or e.outcome not in (Outcome.REPRODUCED, Outcome.NOT_REPRODUCED):
+                continue
+            for under in e.under:
+                versions = {canonicalize_name(p): s[2:] for p, s in under.items()}
+                if not all(contains(s, versions.get(canonicalize_name(p))) for p, s in e.when.items()):
+                    continue  # the range names a package this stack holds elsewhere (a boundary's other side)
+                where = Where(versions=versions, complete=True, device=e.device or "cpu")
+                found = answer(repro.spec, entry, where, "prove")
+                expected = AFFECTED if e.outcome == Outcome.REPRODUCED else NOT_AFFECTED
+                assert found.verdict == expected, f"{repro_id} under {dict(under)}: {found.line()}"
+                checked += 1
+    assert checked >= 80  # every failure's cells (89 on 2026-11-27)
+
+
+def test_the_newer_paths_answer_where_their_cells_ran_and_nowhere_else() -> None:
+    stack = CURRENT.replace("peft==0.21.2", "peft==0.20.0")
+    assert answers(stack)["F29"][0] == AFFECTED and "peft 0.20.0 in >=0.17.0,<0.21.0" in answers(stack)["F29"][1]
+    assert answers(CURRENT)["F29"][0] == NOT_AFFECTED
+    # The same peft under a transformers F29 was never run with is not guessed.
+    verdict, why = answers(stack.replace("transformers==5.23.0", "transformers==5.1.0"))["F29"]
+    assert verdict == UNKNOWN and "transformers 5.1.0 (proven: ==5.23.0)" in why
+    # DeepSpeed 0.18.3: F26 still there (fixed in 0.18.4), F27 already fixed (in 0.18.2).
+    sp = CURRENT.replace("deepspeed==0.19.8", "deepspeed==0.18.3")
+    assert (answers(sp)["F26"][0], answers(sp)["F27"][0]) == (AFFECTED, NOT_AFFECTED)
+    assert answers(CURRENT.replace("transformers==5.23.0", "transformers==5.1.0"))["F32"][0] == AFFECTED
+    assert answers(CURRENT + " trl==1.6.0")["F31"][0] == AFFECTED
+    assert answers(CURRENT + " trl==1.7.0")["F31"][0] == NOT_AFFECTED
+    assert answers(CURRENT)["F31"][0] == UNKNOWN  # no trl named: nothing to say
+    torchao = CURRENT.replace("peft==0.21.2", "peft==0.18.1") + " torchao==0.18.0"
+    assert answers(torchao)["F30"][0] == AFFECTED
+    assert answers(CURRENT + " torchao==0.18.0")["F30"][0] == NOT_AFFECTED
+
+
+@pytest.mark.parametrize("failure", ["F24", "F25", "F28"])
+def test_a_cuda_only_failure_is_never_free_of_it_on_cpu_evidence(failure: str) -> None:
+    # Their only proof is a CPU run's INFRA: on a GPU nothing is known, and nothing is ever called not affected.
+    stacks = [CURRENT, CURRENT.replace("accelerate==1.15.0", "accelerate==1.12.0"), CURRENT + " trl==1.6.0"]
+    for stack in stacks:
+        for device in (None, "cpu", "cuda"):
+            assert answers(stack, device=device)[failure][0] == UNKNOWN, (stack, device)
+        assert "proven on cpu, not cuda" in answers(stack, device="cuda")[failure][1]
+    verdict, why = answers(CURRENT)["F24"]
+    assert "INFRA" in why and "on cuda: nothing proven; --device asks for one" in why
+
+
 # -- evidence from runs -------------------------------------------------------------------------------------------
 
 
@@ -138,6 +207,34 @@ def test_atlas_build_covers_every_failure_with_f1s_boundary_and_its_evidence(tmp
     f8 = atlas.failure("F8")
     assert f8 is not None
     assert any(b.status == "open upstream" and b.last_bad == "2.13.0" for b in f8.boundaries)
+
+
+def test_the_newer_paths_draw_the_boundaries_their_bisects_found(tmp_path: Path) -> None:
+    def seen(cell: str, repro: str, outcome: str, **changed: str) -> dict[str, Any]:
+        return _record(cell, repro, "bug", outcome, versions={**VERSIONS_NEW, **changed})
+
+    run = ci_run(
+        tmp_path / "nightly",
+        [
+            seen("sp-ds-0.18.3", "F26", "REPRODUCED", deepspeed="0.18.3"),
+            seen("peft-0.20.0", "F29", "REPRODUCED", peft="0.20.0"),
+            seen("tf-5.1.0", "F32", "REPRODUCED", transformers="5.1.0"),
+        ],
+    )
+    atlas = assemble(DISCOVERY, read_sources([run], DISCOVERY))
+    assert len(atlas.failures) == len(DISCOVERY.repros) == 33
+
+    def fixed(failure: str, package: str) -> tuple[str | None, str | None]:
+        entry = atlas.failure(failure)
+        assert entry is not None
+        (found,) = [b for b in entry.boundaries if b.package == package and b.kind == "fixed"]
+        assert found.status == "proven" and found.under["torch"] == "==2.13.0"
+        return found.last_bad, found.first_good
+
+    assert fixed("F26", "deepspeed") == ("0.18.3", "0.18.4")
+    assert fixed("F29", "peft") == ("0.20.0", "0.21.0")
+    assert fixed("F32", "transformers") == ("5.1.0", "5.2.0")
+    assert fixed("F31", "trl") == (None, "1.7.0")  # no run of trl 1.6.0 given: the last bad is not guessed
 
 
 def test_the_page_is_self_contained_and_shows_boundaries_by_package(tmp_path: Path) -> None:

@@ -178,6 +178,13 @@ def answer(spec: ReproSpec, entry: FailureEntry, where: Where, prove: str, costs
         decision, suffix = by_device[DEVICES[0]], ""
         if verdicts == {UNKNOWN} and not any(found.claims for found in by_device.values()):
             decision = Decision(UNKNOWN, (), _nearest(entry.claims, where, depends))
+        elif verdicts == {UNKNOWN}:
+            # Something was proven on one device only (a CUDA-only failure's INFRA on a CPU): what, and where not.
+            shown = next(d for d, found in by_device.items() if found.claims)
+            bare = [d for d, found in by_device.items() if not found.claims]
+            decision = by_device[shown]
+            if bare:
+                suffix = f" (on {shown}; on {', '.join(bare)}: nothing proven; --device asks for one)"
         if len(verdicts) > 1:
             hit = [d for d, found in by_device.items() if found.verdict == AFFECTED]
             first = hit[0] if hit else next(d for d, found in by_device.items() if found.verdict == NOT_AFFECTED)
