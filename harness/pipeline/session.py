@@ -31,6 +31,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -46,8 +47,10 @@ from harness.environments import Environments
 from harness.execution.containment import cgroups
 from harness.execution.containment.leftovers import sweep_dead_runs
 from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
+from harness.execution.scheduler import Machine
 from harness.pipeline.cell_state import cell_meta
 from harness.pipeline.dispatch import Dispatch, ItemPolicy
+from harness.pipeline.environment_stage import EnvironmentStage, ReadyCell, builders_for
 from harness.pipeline.executors import Executor, ExecutorContext, make_executor
 from harness.pipeline.observe import broken_record, now
 from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
@@ -394,6 +397,10 @@ class RunSession:
 
             def record(item_record: ItemRecord) -> None:
                 writer.append(item_record)
+                if self.meta.first_record_at is None:
+                    self.meta = self.meta.evolve(
+                        first_record_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+                    )
                 self.records.append(item_record)
                 progress.advance(task)
                 self._say(progress_line(item_record))
@@ -421,35 +428,10 @@ class RunSession:
                 self.opts, run_id, run_dir, executor, record, running, self.policy, on_cell=self._cell_ready(run_dir)
             )
             try:
-                for cell_name, items in by_cell.items():
-                    cell = items[0].cell
-                    if not executor.builds_environments:
-                        # Each node makes the cell's environment ready itself (its first item says how),
-                        # from one lock resolved here: every node builds the same packages.
-                        lock = self.environments.lock_for_nodes(cell)
-                        if lock is not None:
-                            cell = dataclasses.replace(cell, lock=lock)
-                            items = [dataclasses.replace(item, cell=cell) for item in items]
-                            self._say(
-                                f"{cell_name}: its floating specs resolved to {len(lock)} packages for every node"
-                            )
-                        dispatch.submit(items, None)
-                        continue
-                    if self.opts.jobs == 1:
-                        # One item at a time: nothing else runs while an environment is built.
-                        dispatch.drain()
-                    progress.update(task, description=f"{cell_name}: environment")
-                    resolved = self.environments.for_cell(cell)
-                    if resolved.env is not None:
-                        self._say(
-                            f"{cell_name}: environment {resolved.env.key} {self.environments.readiness(resolved.env)}"
-                        )
-                        if resolved.env.repaired:
-                            self._say(f"{cell_name}: {resolved.env.repaired}")
-                    else:
-                        self._say(f"{cell_name}: environment unavailable\n{resolved.reason}")
-                    self._cell_ready(run_dir)(cell_name, cell_meta(cell, resolved))
-                    dispatch.submit(items, resolved)
+                if executor.builds_environments:
+                    self._dispatch_as_environments_are_ready(run_dir, by_cell, dispatch, executor, progress, task)
+                else:
+                    self._dispatch_to_nodes(by_cell, dispatch)
                 dispatch.drain()
             except BaseException:
                 dispatch.abort()
@@ -459,6 +441,58 @@ class RunSession:
                 unrecorded = dispatch.unrecorded_attempts()
                 if unrecorded or self.meta.unrecorded_attempts:
                     self.meta = self.meta.evolve(unrecorded_attempts=unrecorded)
+
+    def _dispatch_as_environments_are_ready(
+        self,
+        run_dir: RunDir,
+        by_cell: dict[str, list[PlannedItem]],
+        dispatch: Dispatch,
+        executor: Executor,
+        progress: Progress,
+        task: TaskID,
+    ) -> None:
+        """Each cell's items as soon as its environment is ready, the environments made ready in the
+        background meanwhile (``environment_stage.py``)."""
+        cells = [items[0].cell for items in by_cell.values()]
+        counts = {name: len(items) for name, items in by_cell.items()}
+        stage = EnvironmentStage(self.environments, cells, builders_for(Machine.detect(), len(cells)), counts)
+
+        def items_of(ready: ReadyCell) -> None:
+            cell, resolved = ready.cell, ready.resolved
+            if resolved.env is not None:
+                self._say(f"{cell.name}: environment {resolved.env.key} {self.environments.readiness(resolved.env)}")
+                if resolved.env.repaired:
+                    self._say(f"{cell.name}: {resolved.env.repaired}")
+            else:
+                self._say(f"{cell.name}: environment unavailable\n{resolved.reason}")
+            self._cell_ready(run_dir)(cell.name, cell_meta(cell, resolved))
+            dispatch.submit(by_cell[cell.name], resolved)
+            underway = stage.underway()
+            if underway:
+                progress.update(task, description=f"environments: {', '.join(underway)}")
+
+        prepare = getattr(executor, "prepare", None)  # optional (``Executor``)
+
+        def on_ready(ready: ReadyCell) -> None:
+            if prepare is not None:
+                prepare(ready.resolved, ready.cell.name)
+
+        try:
+            stage.dispatch_as_ready(dispatch, items_of, one_at_a_time=self.opts.jobs == 1, on_ready=on_ready)
+        finally:
+            self.meta = self.meta.evolve(environment_stage=stage.describe())
+
+    def _dispatch_to_nodes(self, by_cell: dict[str, list[PlannedItem]], dispatch: Dispatch) -> None:
+        """Each node makes the cell's environment ready itself (its first item says how), from one lock
+        resolved here: every node builds the same packages."""
+        for cell_name, items in by_cell.items():
+            cell = items[0].cell
+            lock = self.environments.lock_for_nodes(cell)
+            if lock is not None:
+                cell = dataclasses.replace(cell, lock=lock)
+                items = [dataclasses.replace(item, cell=cell) for item in items]
+                self._say(f"{cell_name}: its floating specs resolved to {len(lock)} packages for every node")
+            dispatch.submit(items, None)
 
     def _executor_context(self, run_dir: RunDir) -> ExecutorContext:
         opts = self.opts

@@ -4,6 +4,7 @@ the run's launcher in environments the orchestrator made ready."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -28,6 +29,9 @@ class LocalExecutor:
         self.environments = environments
         self.machine = Machine.detect()
         self.slots = Slots(self.machine, context.jobs)
+        #: Cells whose environment was made ready and whose items are not all done, by environment.
+        self._queued: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def in_flight(self) -> int:
         return max(1, self.context.jobs or self.machine.cpus)
@@ -59,9 +63,27 @@ class LocalExecutor:
         )
         return Attempted(record)
 
+    def prepare(self, resolved: Resolved, cell: str) -> None:
+        """The cell's environment is ready and its items will come: the launcher may start what they
+        need ahead (a pre-imported worker), where it can."""
+        if resolved.env is None:
+            return
+        with self._lock:
+            self._queued[resolved.env.key] = self._queued.get(resolved.env.key, 0) + 1
+        prepare = getattr(self.launcher, "prepare", None)  # optional (``Launcher``)
+        if prepare is not None:
+            prepare(resolved.env, cell)
+
     def cell_done(self, resolved: Resolved | None) -> None:
-        if resolved is not None and resolved.env is not None:
-            self.launcher.cell_done(resolved.env)
+        if resolved is None or resolved.env is None:
+            return
+        with self._lock:
+            left = self._queued.get(resolved.env.key, 0) - 1
+            if left > 0:
+                self._queued[resolved.env.key] = left
+                return  # another queued cell uses the same environment: what it keeps serves that one too
+            self._queued.pop(resolved.env.key, None)
+        self.launcher.cell_done(resolved.env)
 
     def abort(self) -> None:
         kill_in_flight()
