@@ -29,6 +29,12 @@ class BenchCommand(Command):
         )
         parser.add_argument("--no-jobs", action="store_true", help="skip the --jobs 0 harness run")
         parser.add_argument(
+            "--cold-start",
+            action="store_true",
+            help="only a fresh clone's make run: the selection into an empty environment cache, then again with "
+            "every environment built; the total, the first record and the split of each",
+        )
+        parser.add_argument(
             "--no-bare",
             action="store_true",
             help="time only the harness rounds (no bare torchrun), and print items per minute and the time from "
@@ -52,6 +58,7 @@ class BenchCommand(Command):
             out=out.resolve(),
             cold=not args.no_cold,
             jobs_probe=not args.no_jobs,
+            cold_start_only=args.cold_start,
             bare=not args.no_bare,
         )
         status = run_bench(bench, console)
