@@ -152,12 +152,7 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
     command = [sys.executable, "-m", "harness", "run", "--matrix", str(opts.matrix.path), "--out", str(out)]
     command += ["--cells", ",".join(cells), "--repros", ",".join(repros), "--modes", ",".join(modes)]
     command += ["--jobs", str(jobs), "--launcher", "worker"]
-    if opts.model:
-        command += ["--model", opts.model]
-    if opts.world_size:
-        command += ["--world-size", str(opts.world_size)]
-    if opts.cache_dir_given and opts.cache_dir is not None:
-        command += ["--cache-dir", str(opts.cache_dir)]
+    command += opts.stack.evolve(pins=(), families=(), as_of=None).flags() + opts.cache.flags()
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=Path.cwd(), capture_output=True, text=True, check=False)
     wall_s = time.perf_counter() - started
@@ -286,7 +281,7 @@ def cold_make_run(opts: RunOptions, items: Sequence[PlannedItem], scratch: Path,
     ``make run`` less ``make``'s own set-up (the project's venv). Its wall split into set-up (the
     process start, planning, up to the first environment), environments (every cell's build, from
     ``run.json``), items (their walls) and the rest (workers, checks, records, reports)."""
-    cold_opts = replace(opts, cache_dir=scratch, cache_dir_given=True)
+    cold_opts = replace(opts, cache=opts.cache.evolve(cache_dir=scratch, resolved=scratch))
     run = harness_run(cold_opts, items, out)
     outside = time_outside_items(out, run.wall_s)
     meta = RunDir(out).read_meta()
@@ -476,7 +471,7 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
     )
     result["step_time_spread"] = step_time_spread(per_item)
     result["step_cpu_time_spread"] = step_time_spread(per_item, "step_cpu_s")
-    result["model"] = opts.model or "each cell's own"
+    result["model"] = opts.stack.model or "each cell's own"
 
     machine = Machine.detect()
     demand = Demand.for_item(max(i.world_size for i in items), machine)

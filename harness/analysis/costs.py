@@ -28,7 +28,8 @@ from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.text import plain
 from harness.pipeline.observe import now
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
-from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
+from harness.planning.items import Plan, PlannedItem, plan_items
+from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord, validation_problem
 from harness.records.run_dir import RunDir
 from harness.reports.cost_table import CostEntry, costs_table, entries
@@ -41,7 +42,7 @@ COSTS_FILE = "costs.json"
 def plan_costs(opts: RunOptions, variants: Sequence[str] = ()) -> Plan:
     """Every variant (or those named) of every selected repro in every selected cell (the cells
     and excludes of the repros' ``bug`` mode)."""
-    base = plan_items(dataclasses.replace(opts, modes=("bug",)))
+    base = plan_items(dataclasses.replace(opts, selection=opts.selection.evolve(modes=("bug",))))
     plan = Plan(excluded=base.excluded, broken=base.broken)
     known = {name for item in base.items for name in opts.discovery.repros[item.repro_id].spec.variant_names()}
     for wanted in variants:
@@ -125,7 +126,7 @@ def run_costs(
     if not plan.items:
         raise UserError(
             "--repros",
-            ",".join(base.repros) or "(all)",
+            ",".join(base.selection.repros) or "(all)",
             "plans no item here",
             "pick repros and cells that run together",
         )
@@ -156,7 +157,7 @@ def run_costs(
         started_at=started,
         finished_at=now(),
         argv=list(argv),
-        model=base.model,
+        model=base.stack.model,
         rounds=len(measured),
         entries=found,
         **partial,

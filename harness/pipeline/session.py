@@ -50,12 +50,13 @@ from harness.pipeline.cell_state import cell_meta
 from harness.pipeline.dispatch import Dispatch, ItemPolicy
 from harness.pipeline.executors import Executor, ExecutorContext, make_executor
 from harness.pipeline.observe import broken_record, now
-from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
+from harness.planning.items import Plan, PlannedItem, plan_items
+from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord, counts_text
 from harness.records.provenance import host_info
 from harness.records.results import ResultsWriteError
 from harness.records.run_dir import RunDir
-from harness.records.run_meta import CellMeta, MatrixRef, RunMeta, StoredOptions
+from harness.records.run_meta import CellMeta, MatrixRef, RunMeta
 from harness.reports.finalize import finalize
 
 EXIT_INTERRUPTED = 130
@@ -78,35 +79,6 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def options_record(opts: RunOptions) -> StoredOptions:
-    """What ``run --resume`` needs to plan and run the same items again, the same way."""
-    return StoredOptions(
-        matrix=str(opts.matrix.path),
-        lane=opts.lane,
-        cells=list(opts.cells),
-        repros=list(opts.repros),
-        modes=list(opts.modes),
-        pins=list(opts.pins),
-        repros_dirs=[str(d) for d in opts.repros_dirs],
-        cache_dir=str(opts.cache_dir) if opts.cache_dir_given else None,
-        shard=str(opts.shard) if opts.shard else None,
-        reports_dir=str(opts.reports_dir),
-        launcher=opts.launcher,
-        jobs=opts.jobs,
-        executor=opts.executor,
-        ray_address=opts.ray_address,
-        slurm_folder=str(opts.slurm_folder) if opts.slurm_folder else None,
-        slurm_parameters=list(opts.slurm_parameters),
-        reruns=opts.reruns,
-        repeat=opts.repeat,
-        as_of=opts.as_of,
-        model=opts.model,
-        world_size=opts.world_size,
-        families=list(opts.families),
-        explore=opts.explore,
-    )
-
-
 def start_meta(
     opts: RunOptions, plan: Plan, run_id: str, environments: Environments, argv: Sequence[str], **more: JsonValue
 ) -> RunMeta:
@@ -118,12 +90,12 @@ def start_meta(
             "started_at": now(),
             "argv": list(argv),
             "program": program_text(),
-            "options": options_record(opts),
+            "options": opts.stored(),
             "harness_version": __version__,
             "git_commit": git_commit(),
             "matrix": MatrixRef(path=str(opts.matrix.path), sha256=opts.matrix.sha256),
-            "lane": opts.lane or opts.matrix.default_lane,
-            "as_of": opts.as_of,
+            "lane": opts.selection.lane or opts.matrix.default_lane,
+            "as_of": opts.stack.as_of,
             "host": host_info(),
             "cache_dir": str(environments.cache_dir),
             "index": environments.index.key_material(),
@@ -238,8 +210,7 @@ class RunSession:
         self.resume = resume
         self.kind = kind
         self.plan = plan if plan is not None else plan_items(opts)
-        assert opts.cache_dir is not None
-        self.environments = Environments(opts.cache_dir, cache_max_gb=opts.cache_max_gb)
+        self.environments = Environments(opts.cache.path, cache_max_gb=opts.cache.cache_max_gb)
         self.records: list[ItemRecord] = []
         #: Each cell's environment as this run found it (added to ``run.json`` when it is written).
         self.cells: dict[str, CellMeta] = {}
@@ -326,7 +297,7 @@ class RunSession:
             # Made once the stop signals are the run's: a cluster slow to answer is stopped like an
             # item, and run.json says so.
             executor = make_executor(
-                self.opts.executor, self._executor_context(run_dir), run_dir, run_id, self.environments
+                ExecutorContext(run_dir, run_id, self.opts.executor, self.opts.cache, self.environments)
             )
             self._say_executor_note(executor)
             self._run_items(run_dir, run_id, todo, broken_todo, executor)
@@ -435,7 +406,7 @@ class RunSession:
                             )
                         dispatch.submit(items, None)
                         continue
-                    if self.opts.jobs == 1:
+                    if self.opts.executor.jobs == 1:
                         # One item at a time: nothing else runs while an environment is built.
                         dispatch.drain()
                     progress.update(task, description=f"{cell_name}: environment")
@@ -459,19 +430,6 @@ class RunSession:
                 unrecorded = dispatch.unrecorded_attempts()
                 if unrecorded or self.meta.unrecorded_attempts:
                     self.meta = self.meta.evolve(unrecorded_attempts=unrecorded)
-
-    def _executor_context(self, run_dir: RunDir) -> ExecutorContext:
-        opts = self.opts
-        return ExecutorContext(
-            run_dir=run_dir.path,
-            node_cache_dir=opts.cache_dir if opts.cache_dir_given else None,
-            cache_max_gb=opts.cache_max_gb,
-            launcher=opts.launcher,
-            jobs=opts.jobs,
-            ray_address=opts.ray_address,
-            slurm_folder=opts.slurm_folder,
-            slurm_parameters=opts.slurm_parameters,
-        )
 
     def _cell_ready(self, run_dir: RunDir) -> Callable[[str, CellMeta], None]:
         """Keep a cell's environment as the run found it (``cells.jsonl`` now, ``run.json`` at the end)."""

@@ -14,6 +14,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.core.json import JsonObject
+
 JsonValue = Any
 
 
@@ -65,38 +67,6 @@ class CellMeta(_Meta):
     worker: dict[str, JsonValue] | None = None
 
 
-class StoredOptions(_Meta):
-    """What ``run --resume`` needs to plan and run the same items again, the same way."""
-
-    matrix: str
-    lane: str | None = None
-    cells: list[str] = Field(default_factory=list)
-    repros: list[str] = Field(default_factory=list)
-    modes: list[str] = Field(default_factory=list)
-    #: Packages pinned over the cells' own specs: (name, specifier).
-    pins: list[tuple[str, str]] = Field(default_factory=list)
-    repros_dirs: list[str] = Field(default_factory=list)
-    #: The environment cache, where one was given (else the default is found again).
-    cache_dir: str | None = None
-    shard: str | None = None
-    reports_dir: str = "reports"
-    launcher: str | None = None
-    jobs: int = 1
-    #: ``--executor`` and its options (a resumed run goes on where the first one ran).
-    executor: str = "local"
-    ray_address: str | None = None
-    slurm_folder: str | None = None
-    slurm_parameters: list[tuple[str, str]] = Field(default_factory=list)
-    reruns: int = 0
-    repeat: int = 1
-    as_of: str | None = None
-    model: str | None = None
-    world_size: int | None = None
-    #: ``--family``: the model families every selected cell ran in (empty: each cell's own).
-    families: list[str] = Field(default_factory=list)
-    explore: bool = False
-
-
 class ShardMeta(_Meta):
     """``run --shard I/N``: the whole plan and this shard's part, for ``merge`` to check."""
 
@@ -126,7 +96,9 @@ class RunMeta(_Meta):
     unrecorded_attempts: dict[str, list[str]] = Field(default_factory=dict)
     argv: list[str] = Field(default_factory=list)
     program: str = ""
-    options: StoredOptions | None = None
+    #: The run's options, every concern's fields side by side, as ``RunOptions.stored`` writes them
+    #: (``harness/planning/run_options.py``); ``run --resume`` restores them with ``RunOptions.restored``.
+    options: JsonObject | None = None
     harness_version: str | None = None
     git_commit: str | None = None
     matrix: MatrixRef | None = None

@@ -13,7 +13,9 @@ MIB = 2**20
 
 
 def test_every_variant_of_every_repro_is_planned_per_cell_with_the_mode_its_ranks_run() -> None:
-    opts = selection({"matrix": REPO_ROOT / "matrix.yaml", "cells": ["current"], "repros": ["F1", "F4"]}, model="small")
+    opts = selection(
+        {"matrix": REPO_ROOT / "matrix.yaml", "cells": ["current"], "repros": ["F1", "F4"], "model": "small"}
+    )
     plan = plan_costs(opts)
     labels = [(i.repro_id, i.mode, i.rank_mode, i.cell.model) for i in plan.items]
     assert ("F1", "as-documented", "bug", "small") in labels and ("F1", "fixed-trainer", "fixed", "small") in labels

@@ -13,7 +13,7 @@ from harness.config.model import Cell
 from harness.environments.base import EnvironmentUnavailable, EnvRequest
 from harness.environments.locks import Lock
 from harness.environments.specs import NEWEST, is_exact
-from harness.planning.items import pinned_cell
+from harness.planning.run_options import pinned_cell
 
 
 class Locker(Protocol):

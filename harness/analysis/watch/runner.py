@@ -55,10 +55,7 @@ def update_command(opts: WatchOptions, change: Change, tonight: Night) -> str:
     """The one command that runs the item again and writes what it observes as its expectation."""
     args = [*program(), "run", "--matrix", str(opts.run.matrix.path), "--cells", change.previous_cell or change.cell]
     args += ["--repros", change.repro, "--modes", change.mode]
-    for name, spec in opts.run.pins:
-        args += ["--pin", f"{name}{spec}"]
-    if tonight.meta.as_of:
-        args += ["--as-of", tonight.meta.as_of]
+    args += opts.run.stack.evolve(families=(), as_of=tonight.meta.as_of).flags()
     return shlex.join([*args, "--save-expectations"])
 
 

@@ -57,10 +57,11 @@ class BenchCommand(Command):
         status = run_bench(bench, console)
         if args.executors:
             selection = ["--matrix", str(opts.matrix.path)]
-            for flag, values in (("--cells", opts.cells), ("--repros", opts.repros), ("--modes", opts.modes)):
+            chosen = opts.selection
+            for flag, values in (("--cells", chosen.cells), ("--repros", chosen.repros), ("--modes", chosen.modes)):
                 if values:
                     selection += [flag, ",".join(values)]
-            if opts.lane and not opts.cells:
-                selection += ["--lane", opts.lane]
+            if chosen.lane and not chosen.cells:
+                selection += ["--lane", chosen.lane]
             run_executor_bench(selection, out.resolve() / "executors", cpus_per_node=2, console=console)
         return status

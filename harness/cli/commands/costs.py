@@ -22,14 +22,11 @@ class CostsCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         options.add_cli_options(
-            parser, ("matrix", "lane", "cells", "repros", "out", "cache_dir", "launcher", "repros_dir")
+            parser, ("matrix", "lane", "cells", "repros", "out", "cache_dir", "cache_max_gb", "launcher", "repros_dir")
         )
-        parser.add_argument(
-            "--model",
-            choices=("tiny", "small"),
-            default="small",
-            help="the test model's size (default: small, where the costs show)",
-        )
+        # The same stack options as run (every rerun command carries them); --model defaults to small here.
+        options.add_cli_options(parser, options.STACK_OPTIONS)
+        parser.set_defaults(model="small")
         parser.add_argument(
             "--variants",
             type=options.csv,

@@ -27,23 +27,8 @@ class GridCommand(Command):
             metavar="AXIS=V1,V2",
             help="restrict an axis to these values (repeatable)",
         )
-        options.add_cli_options(
-            parser,
-            (
-                "model",
-                "family",
-                "out",
-                "jobs",
-                "reports_dir",
-                "cache_dir",
-                "launcher",
-                "executor",
-                "ray_address",
-                "slurm_folder",
-                "slurm_param",
-                "as_of",
-            ),
-        )
+        options.add_cli_options(parser, ("out", "reports_dir", *options.CACHE_OPTIONS))
+        options.add_cli_options(parser, (*options.STACK_OPTIONS, *options.EXECUTOR_OPTIONS))
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         opts = options.selection(vars(args))
