@@ -73,6 +73,7 @@ from harness.reports.finalize import finalize
 from harness.reports.terminal import results_table
 from repros.runtime.kinds import is_file_ref, suffixes
 from repros.runtime.measures import measures
+from repros.runtime.registry import RegistryClash
 
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
@@ -209,6 +210,8 @@ def pytest_configure(config: pytest.Config) -> None:
         plan = plan_items(opts)
     except UserError as exc:
         raise pytest.UsageError(exc.line()) from None
+    except RegistryClash as exc:
+        raise pytest.UsageError(str(exc)) from None
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     shared = (workerinput or {}).get(WORKER_INPUT)
     if shared:

@@ -1,6 +1,7 @@
 """The command-line verbs, one class each (``base.Command``), in the order ``--help`` lists them.
 
-A new verb is one module with a ``Command`` subclass, plus its line in ``COMMANDS``.
+A new verb is one module with a ``Command`` subclass, plus its line in ``COMMANDS``, or an installed
+package's entry point in the ``ft_regress.commands`` group (listed after the built-in verbs).
 """
 
 from __future__ import annotations
@@ -22,24 +23,32 @@ from harness.cli.commands.merge import MergeCommand
 from harness.cli.commands.report import ReportCommand
 from harness.cli.commands.run import RunCommand
 from harness.cli.commands.watch import WatchCommand
+from repros.runtime.registry import Registry
 
-COMMANDS: tuple[type[Command], ...] = (
-    InitCommand,
-    RunCommand,
-    CheckCommand,
-    MergeCommand,
-    BisectCommand,
-    WatchCommand,
-    BenchCommand,
-    CostsCommand,
-    GridCommand,
-    CompareCommand,
-    ExplainCommand,
-    AtlasCommand,
-    ReportCommand,
-    ListCommand,
-    CatalogCommand,
-    CacheCommand,
+COMMANDS: Registry[type[Command]] = Registry(
+    "command-line verb",
+    {
+        command.name: command
+        for command in (
+            InitCommand,
+            RunCommand,
+            CheckCommand,
+            MergeCommand,
+            BisectCommand,
+            WatchCommand,
+            BenchCommand,
+            CostsCommand,
+            GridCommand,
+            CompareCommand,
+            ExplainCommand,
+            AtlasCommand,
+            ReportCommand,
+            ListCommand,
+            CatalogCommand,
+            CacheCommand,
+        )
+    },
+    group="ft_regress.commands",
 )
 
 __all__ = ["COMMANDS", "Command"]
