@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from harness.core.json import JsonValue
 from harness.environments import Environment, Environments, EnvRequest, UvEnvironments
 from harness.execution.classify import classify
 from harness.execution.launchers import LauncherContext, LaunchRequest, make_launcher
@@ -46,8 +47,6 @@ from harness.planning.items import PlannedItem, RunOptions, plan_items
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from repros.runtime.spec import ReproSpec
-
-JsonValue = Any
 
 #: The GPU box ``--jobs`` is projected onto (a common 8-GPU node).
 REFERENCE_GPU_BOX = Machine(cpus=96, memory_bytes=1024 * 2**30, gpus=tuple(str(i) for i in range(8)))
@@ -166,7 +165,7 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
         records={r.key: r for r in run_dir.records()},
         orchestrator_peak_rss_bytes=meta.orchestrator_peak_rss_bytes,
         worker_start_s={name: w.get("start_s") for name, w in workers.items()},
-        comm_op_load_s={name: (w.get("comm_op") or {}).get("seconds") for name, w in workers.items()},
+        comm_op_load_s={name: _seconds(w.get("comm_op")) for name, w in workers.items()},
         concurrency=meta.concurrency,
     )
 
@@ -268,12 +267,17 @@ def time_outside_items(run_dir: Path, wall_s: float | None = None) -> dict[str, 
     return result
 
 
+def _seconds(value: JsonValue) -> JsonValue:
+    return value.get("seconds") if isinstance(value, Mapping) else None
+
+
 def _deepspeed_step(cache: Path, key: str | None) -> JsonValue:
     """How an environment in ``cache`` got DeepSpeed and its comm op (its ``env.json``)."""
     try:
-        return json.loads((cache / "envs" / str(key) / "env.json").read_text()).get("deepspeed_ops")
-    except (OSError, ValueError, AttributeError):
+        written: JsonValue = json.loads((cache / "envs" / str(key) / "env.json").read_text())
+    except (OSError, ValueError):
         return None
+    return written.get("deepspeed_ops") if isinstance(written, Mapping) else None
 
 
 def cold_make_run(opts: RunOptions, items: Sequence[PlannedItem], scratch: Path, out: Path) -> dict[str, Any]:

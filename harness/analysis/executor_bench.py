@@ -24,11 +24,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from harness.core.json import JsonObject
 from harness.pipeline.executors.ray import LOOPBACK
 
 
@@ -115,7 +115,7 @@ def run_executor_bench(selection: Sequence[str], work: Path, cpus_per_node: int,
             str(len(f.nodes) or "-"),
         )
     console.print(table)
-    summary: dict[str, Any] = {"selection": list(selection), "cpus": os.cpu_count(), "runs": [asdict(f) for f in found]}
+    summary: JsonObject = {"selection": list(selection), "cpus": os.cpu_count(), "runs": [asdict(f) for f in found]}
     written = work / "executor-bench.json"
     written.write_text(json.dumps(summary, indent=2))
     console.print(f"written: {written}", highlight=False)

@@ -9,13 +9,13 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from harness.config.grid import Grid
 from harness.config.repros import Repro
 from harness.core.errors import EXIT_USAGE, UserError
+from harness.core.json import JsonValue
 from harness.core.text import plain
 from harness.pipeline.dispatch import ItemPolicy
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
@@ -29,8 +29,6 @@ from harness.reports.grid_tables import print_grid
 from repros.runtime.families import DEFAULT_FAMILY
 from repros.runtime.outcomes import Outcome
 from repros.trainer import scenario_item
-
-JsonValue = Any
 
 #: What every grid item runs: the scenario item, classified against every repro's signatures.
 GRID_REPRO = Repro(spec=scenario_item.SPEC, module=GRID_MODULE)

@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 
+from harness.core.json import JsonObject
 from harness.records.item import ItemRecord, parse_record
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import RunMeta
@@ -59,7 +59,7 @@ def _record(run_id: str, cell: str, repro: str, mode: str, failing: bool) -> Ite
             + '  File "trainer.py", line 1, in step\n' * 12
             + message,
         }
-    raw: dict[str, Any] = {
+    raw: JsonObject = {
         "schema_version": 1,
         "run_id": run_id,
         "cell": cell,
@@ -181,7 +181,7 @@ class _Body(HTMLParser):
 
 def measure(
     items: int, root: Path, repros: int = 100, failing_cells: int = 5, chromium: str | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """Write the two runs under ``root``, the report of the newer one, and open it."""
     started = time.perf_counter()
     write_run(root / "run-a", "run-a", "2026-11-19T10:00:00+00:00", items, repros, failing_cells=0)
@@ -193,7 +193,7 @@ def measure(
     started = time.perf_counter()
     page = html.write(finished)
     write_s = time.perf_counter() - started
-    figures: dict[str, Any] = {
+    figures: JsonObject = {
         "items": len(finished.records),
         "cells": len({r.cell for r in finished.records}),
         "failing_cells": failing_cells,

@@ -404,7 +404,7 @@ def executor_choice(values: Mapping[str, Any], base: ExecutorChoice | None = Non
     answers."""
     base = base or ExecutorChoice(launcher=default_launcher())
     name = values.get("executor") or base.name
-    changes: dict[str, Any] = {"name": name}
+    changes: dict[str, object] = {"name": name}
     if values.get("ray_address"):
         changes["ray_address"] = values["ray_address"]
     if values.get("slurm_folder"):

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 import repros
 import repros.catalog
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.core.names import natural_key
 from harness.core.processes import isolated_environ
 from repros.runtime.kinds import BUILTIN_KIND, KINDS, is_file_ref, kind_of
@@ -54,7 +54,7 @@ class Repro:
     module: str
     kind: str = "module"
     #: What its ranks are sent besides the reference (a script repro's declaration), JSON data.
-    rank_params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    rank_params: JsonObject = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -171,7 +171,7 @@ class Described:
     spec: ReproSpec | None
     kind: str = ""
     reason: str = ""
-    rank_params: dict[str, Any] = field(default_factory=dict)
+    rank_params: JsonObject = field(default_factory=dict)
 
 
 def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Described:
@@ -232,7 +232,7 @@ def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
     found: dict[str, Repro] = {}
     broken: dict[str, BrokenRepro] = {}
 
-    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: dict[str, Any]) -> None:
+    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: JsonObject) -> None:
         unusable = unusable_expectation(spec) if spec is not None else None
         if spec is None or unusable is not None:
             broken[stem] = BrokenRepro(stem, ref, reason or str(unusable))

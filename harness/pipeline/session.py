@@ -24,7 +24,6 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -41,6 +40,7 @@ from harness.config.matrix import Cell
 from harness.config.repros import BrokenRepro
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.invocation import program, program_text
+from harness.core.json import JsonValue
 from harness.core.text import plain
 from harness.environments import Environments
 from harness.execution.containment import cgroups
@@ -61,8 +61,6 @@ from harness.reports.finalize import finalize
 
 EXIT_INTERRUPTED = 130
 
-JsonValue = Any
-
 
 def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
@@ -80,7 +78,7 @@ def git_commit() -> str | None:
 
 
 def start_meta(
-    opts: RunOptions, plan: Plan, run_id: str, environments: Environments, argv: Sequence[str], **more: JsonValue
+    opts: RunOptions, plan: Plan, run_id: str, environments: Environments, argv: Sequence[str], **more: object
 ) -> RunMeta:
     """``run.json`` as a run (or a pytest session) starts."""
     shard = {"shard": plan.shard} if plan.shard is not None else {}

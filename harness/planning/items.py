@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from harness.config.matrix import Cell
 from harness.config.repros import BrokenRepro
 from harness.core.errors import UserError
+from harness.core.json import JsonValue
 from harness.core.names import one_of, unknown_repro_fix
 from harness.planning.run_options import RunOptions
 from harness.planning.shards import Shard, assign, durations_from, shard_meta
@@ -23,8 +23,6 @@ from harness.records.item import ItemId
 from harness.records.run_meta import ExcludedItem, ShardMeta
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES, ReproSpec
-
-JsonValue = Any
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from harness.core.json import JsonObject
 
 
 def cpu_model() -> str | None:
@@ -44,7 +45,7 @@ def gpus() -> list[dict[str, str]]:
     return found
 
 
-def host_info() -> dict[str, Any]:
+def host_info() -> JsonObject:
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),

@@ -10,13 +10,11 @@ harness wrote is kept as written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.json import JsonObject
-
-JsonValue = Any
+from harness.core.json import JsonObject, JsonValue
 
 
 class _Meta(BaseModel):
@@ -122,7 +120,7 @@ class RunMeta(_Meta):
         refuse it, so no check passes without checking anything."""
         raise TypeError(f"{type(self).__name__} has attributes, not keys: read the field, or use as_json()")
 
-    def evolve(self, **changes: JsonValue) -> Self:
+    def evolve(self, **changes: object) -> Self:
         """A new value: this one with ``changes``, validated like any read back."""
         plain = {
             k: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 from rich.text import Text
 
+from harness.core.json import JsonValue
 from harness.records.item import ItemRecord
 from harness.reports.terminal import format_bytes
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import AS_DOCUMENTED, FIXED_TRAINER, ReproSpec
-
-JsonValue = Any
 
 #: The measures a workaround is priced by (``repros/runtime/measures``).
 MEMORY, CPU_TIME, WALL_TIME = "train_peak_mem", "step_cpu_time", "step_time"
@@ -93,7 +91,7 @@ def _values(records: Sequence[ItemRecord], measure: str) -> list[float]:
     return [f.value for f in (r.figure(measure) for r in records) if f is not None and f.value is not None]
 
 
-def _figures(records: Sequence[ItemRecord]) -> dict[str, JsonValue]:
+def _figures(records: Sequence[ItemRecord]) -> dict[str, object]:
     mems, cpu, wall = _values(records, MEMORY), _values(records, CPU_TIME), _values(records, WALL_TIME)
     cpu_iqr = [f.steps.iqr for f in (r.figure(CPU_TIME) for r in records) if f is not None and f.steps is not None]
     kinds = [f.kind for f in (r.figure(MEMORY) for r in records) if f is not None and f.kind]

@@ -93,8 +93,9 @@ def test_a_full_disk_ends_the_run_cleanly_keeping_whole_records(stack) -> None:
     out = root / "out"
     out.mkdir()
     # A file-size limit stands in for a full disk: a write past it fails (EFBIG) after a partial write.
-    # Room for a record or two, not three (a record is ~2.3 KB with its log tails here).
-    limit = 5000
+    # Room for a record or two, not three (a record is ~2.5 KB with its log tails here), and for run.json
+    # (~5 KB, its paths longer under xdist).
+    limit = 6000
 
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))

@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
@@ -309,7 +310,7 @@ class RayExecutor:
             pass
         self.ray.shutdown()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "name": self.name,
             "address": self.context.choice.ray_address or "a local cluster started for the run",
@@ -318,5 +319,5 @@ class RayExecutor:
             "lost": self.lost,
         }
 
-    def workers(self) -> dict[str, Any]:
+    def workers(self) -> JsonObject:
         return {}

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
@@ -264,7 +265,7 @@ class SlurmExecutor:
     def close(self) -> None:
         self.abort()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         local = (
             {
                 "note": f"--executor slurm with cluster={self.cluster}: submitit runs every item on this machine, "
@@ -283,5 +284,5 @@ class SlurmExecutor:
             "lost": self.lost,
         }
 
-    def workers(self) -> dict[str, Any]:
+    def workers(self) -> JsonObject:
         return {}
