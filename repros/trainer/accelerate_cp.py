@@ -14,7 +14,7 @@ from typing import Any
 
 from repros.runtime.context import RankContext
 from repros.trainer.guards import Guard, apply_guards
-from repros.trainer.model import adapter_parameters, build_model, json_number, scenario_facts
+from repros.trainer.model import adapter_parameters, build_model, scenario_facts, train_facts
 from repros.trainer.scenario import Scenario
 from repros.trainer.tiny_models import fixed_batch
 
@@ -74,8 +74,4 @@ def train_context_parallel(scenario: Scenario, ctx: RankContext, guards: list[Gu
         ctx.meters.end_step()
         losses.append(float(loss.detach().float()))
     after = {name: full(p) for name, p in adapters}
-    ctx.facts["train"] = {
-        "losses": [json_number(v) for v in losses],
-        "adapter_grad_norms": {k: [json_number(v) for v in vs] for k, vs in grad_norms.items()},
-        "adapter_weight_delta": {name: float((after[name] - before[name]).abs().max()) for name, _ in adapters},
-    }
+    ctx.facts["train"] = train_facts(losses, grad_norms, before, after)

@@ -23,7 +23,7 @@ from repros.runtime.record import ScenarioUnavailable
 from repros.trainer import adapter_io
 from repros.trainer.guards import Guard, apply_guards
 from repros.trainer.hf_trainer import train_hf
-from repros.trainer.model import Trained, adapter_parameters, build_model, json_number, scenario_facts, training_batch
+from repros.trainer.model import Trained, adapter_parameters, build_model, scenario_facts, train_facts, training_batch
 from repros.trainer.scenario import Scenario
 from repros.trainer.tiny_models import is_decoder_layer, model_inputs
 
@@ -388,16 +388,7 @@ def _train_own(effective: Scenario, ctx: RankContext, base: Any = None) -> Train
         losses.append(float(loss.detach().float()))
     after = engine.full_params(adapters)
 
-    ctx.facts["train"] = {
-        "losses": [json_number(v) for v in losses],
-        "adapter_grad_norms": {k: [json_number(v) for v in vs] for k, vs in grad_norms.items()},
-        "adapter_weight_delta": {
-            name: (
-                None if before[name] is None or after[name] is None else float((after[name] - before[name]).abs().max())
-            )
-            for name, _ in adapters
-        },
-    }
+    ctx.facts["train"] = train_facts(losses, grad_norms, before, after)
     return Trained(engine=effective.engine, wrapped=engine.wrapped, model=model, batch=batch, losses=losses)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from repros.runtime.context import RankContext
 from repros.trainer import adapter_io
-from repros.trainer.model import Trained, adapter_parameters, build_model, json_number, scenario_facts, training_batch
+from repros.trainer.model import Trained, adapter_parameters, build_model, scenario_facts, train_facts, training_batch
 from repros.trainer.scenario import Scenario
 from repros.trainer.tiny_models import model_inputs
 
@@ -244,19 +244,7 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
         probe.remove()
     ctx.facts["deepspeed_settings"] = deepspeed_settings(trainer)
 
-    before, after = snapshots.get("before", {}), snapshots.get("after", {})
-    ctx.facts["train"] = {
-        "losses": [json_number(v) for v in losses],
-        "adapter_grad_norms": {k: [json_number(v) for v in vs] for k, vs in grad_norms.items()},
-        "adapter_weight_delta": {
-            name: (
-                None
-                if before.get(name) is None or after.get(name) is None
-                else float((after[name] - before[name]).abs().max())
-            )
-            for name, _ in adapters
-        },
-    }
+    ctx.facts["train"] = train_facts(losses, grad_norms, snapshots.get("before", {}), snapshots.get("after", {}))
     return Trained(
         engine="deepspeed",
         wrapped=trainer.model_wrapped,

@@ -5,6 +5,7 @@ about the run (``scenario_facts``), and what training leaves behind (``Trained``
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,3 +202,25 @@ class Trained:
 def json_number(value: float | None) -> float | str | None:
     """JSON has no NaN or infinity: non-finite figures travel as their names ("nan", "inf")."""
     return value if value is None or math.isfinite(value) else str(value)
+
+
+def train_facts(
+    losses: Sequence[float],
+    grad_norms: Mapping[str, Sequence[float | None]],
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What every training loop records under ``facts["train"]``: the losses, each adapter's gradient
+    norm per step, and how far each adapter moved (None where its full value could not be read)."""
+    return {
+        "losses": [json_number(v) for v in losses],
+        "adapter_grad_norms": {name: [json_number(v) for v in values] for name, values in grad_norms.items()},
+        "adapter_weight_delta": {
+            name: (
+                None
+                if before.get(name) is None or after.get(name) is None
+                else float((after[name] - before[name]).abs().max())
+            )
+            for name in grad_norms
+        },
+    }

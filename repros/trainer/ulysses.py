@@ -22,7 +22,7 @@ from typing import Any
 from repros.runtime.context import RankContext
 from repros.runtime.model_size import current_size
 from repros.trainer.guards import Guard, apply_guards
-from repros.trainer.model import adapter_parameters, build_model, json_number, scenario_facts
+from repros.trainer.model import adapter_parameters, build_model, scenario_facts, train_facts
 from repros.trainer.scenario import Scenario
 from repros.trainer.tiny_models import fixed_batch
 
@@ -138,13 +138,4 @@ def train_ulysses(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> 
         ctx.meters.end_step()
         losses.append(float(loss.detach().float()))
     after = {name: full(p) for name, p in adapters}
-    ctx.facts["train"] = {
-        "losses": [json_number(v) for v in losses],
-        "adapter_grad_norms": {k: [json_number(v) for v in vs] for k, vs in grad_norms.items()},
-        "adapter_weight_delta": {
-            name: None
-            if before[name] is None or after[name] is None
-            else float((after[name] - before[name]).abs().max())
-            for name, _ in adapters
-        },
-    }
+    ctx.facts["train"] = train_facts(losses, grad_norms, before, after)

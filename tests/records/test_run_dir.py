@@ -17,12 +17,12 @@ from tests.support import fake_stack
 from tests.support.paths import REPO_ROOT
 
 
-def make_stack(tmp_path: Path, slow_s: float) -> tuple[Path, dict[str, str]]:
+def make_stack(tmp_path: Path, slow_s: float, behaviour: str = "clean") -> tuple[Path, dict[str, str]]:
     """Three stand-in repros in one cell, the middle one taking ``slow_s``."""
     env = fake_stack.run_env(fake_stack.install(tmp_path))
-    fake_stack.write_repro(tmp_path / "repros", "S1", "clean", "NOT_REPRODUCED", sleep=0.0)
-    fake_stack.write_repro(tmp_path / "repros", "S2", "clean", "NOT_REPRODUCED", sleep=slow_s)
-    fake_stack.write_repro(tmp_path / "repros", "S3", "clean", "NOT_REPRODUCED", sleep=0.0)
+    fake_stack.write_repro(tmp_path / "repros", "S1", behaviour, "NOT_REPRODUCED", sleep=0.0)
+    fake_stack.write_repro(tmp_path / "repros", "S2", behaviour, "NOT_REPRODUCED", sleep=slow_s)
+    fake_stack.write_repro(tmp_path / "repros", "S3", behaviour, "NOT_REPRODUCED", sleep=0.0)
     fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
     return tmp_path, env
 
@@ -30,6 +30,12 @@ def make_stack(tmp_path: Path, slow_s: float) -> tuple[Path, dict[str, str]]:
 @pytest.fixture()
 def stack(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return make_stack(tmp_path, slow_s=0.0)
+
+
+@pytest.fixture()
+def chatty_stack(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    # Each rank prints ~6 KB, so a record (with its log tails) is several times the size of run.json.
+    return make_stack(tmp_path, slow_s=0.0, behaviour="chatty")
 
 
 @pytest.fixture()
@@ -88,14 +94,14 @@ def test_a_live_run_cannot_be_resumed_or_written_by_another(slow_stack) -> None:
     assert sorted(r.repro for r in records) == ["S1", "S2", "S3"]  # each once: nothing ran twice
 
 
-def test_a_full_disk_ends_the_run_cleanly_keeping_whole_records(stack) -> None:
-    root, env = stack
+def test_a_full_disk_ends_the_run_cleanly_keeping_whole_records(chatty_stack) -> None:
+    root, env = chatty_stack
     out = root / "out"
     out.mkdir()
     # A file-size limit stands in for a full disk: a write past it fails (EFBIG) after a partial write.
-    # Room for a record or two, not three (a record is ~2.5 KB with its log tails here), and for run.json
-    # (~5 KB, its paths longer under xdist).
-    limit = 6000
+    # Room for two records, not three (a record is ~6.5 KB with its log tails here), and for run.json
+    # (~5 KB, more with a long temporary path and the write error it must record).
+    limit = 16000
 
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))

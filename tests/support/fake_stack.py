@@ -100,6 +100,8 @@ def run(ctx):
         ran = Path(__file__).with_name(".{id}.rank%d.ran" % ctx.rank)
         behaviour = "raise" if ran.exists() else "other"
         ran.touch()
+    if behaviour == "chatty":
+        print("\\n".join("line %d of a chatty repro's log" % i for i in range(200)), flush=True)
     if behaviour == "raise":
         raise ValueError("the documented symptom, on rank %d" % ctx.rank)
     if behaviour == "other":
