@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.analysis.grid import family_restriction
 from harness.cli import options
 from harness.core.errors import UserError
 from harness.planning.commands import repro_command
 from harness.planning.items import plan_items
+from harness.workflows.grid import family_restriction
 from repros.runtime.families import DEFAULT_FAMILY, FAMILIES, current_family, use_family
 from tests.support.paths import REPO_ROOT
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from packaging.utils import canonicalize_name
 from rich.console import Console
 
-from harness.analysis.bisect.runner import BisectOptions, execute_bisect
 from harness.cli import options
 from harness.cli.commands.base import Command
+from harness.workflows.bisect.runner import BisectOptions, execute_bisect
 
 
 class BisectCommand(Command):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.costs import run_costs
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
 from harness.pipeline.session import new_run_id
+from harness.workflows.costs import run_costs
 
 
 class CostsCommand(Command):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.grid import run_grid
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.pipeline.session import new_run_id
+from harness.workflows.grid import run_grid
 
 
 class GridCommand(Command):

@@ -9,14 +9,18 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.explore.run_end import run_ending
+from harness.analysis.explore.save import save_run
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
-from harness.pipeline.session import RunSession
-from harness.planning.items import plan_items
+from harness.core.text import plain
+from harness.pipeline.session import RunEnding, RunSession
+from harness.planning.items import Plan, plan_items
 from harness.planning.run_options import RunOptions
+from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import RunMeta
+from harness.reports.run_end import print_run_end
 
 #: What a resumed run takes from its run.json; giving any of these with --resume is refused.
 SELECTION_FLAGS = (
@@ -81,6 +85,18 @@ class RunCommand(Command):
             save_expectations=args.save_expectations,
         )
         return execute(opts, console, argv)
+
+
+def run_ending(opts: RunOptions, plan: Plan, console: Console) -> RunEnding:
+    """How ``run`` ends: its summary (``reports/run_end.py``), then with ``--save-expectations`` what
+    it observed kept as the repros' expectations (``analysis/explore/save.py``)."""
+
+    def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> None:
+        print_run_end(console, records, meta.cells, plan.excluded, saving=opts.save_expectations)
+        if opts.save_expectations and not interrupted:
+            save_run(opts, records, meta.cells, lambda text: console.print(plain(text), highlight=False, markup=False))
+
+    return ended
 
 
 def execute(opts: RunOptions, console: Console, argv: Sequence[str], resume: Path | None = None) -> int:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.watch.classify import DEFAULT_CONFIRM
-from harness.analysis.watch.runner import WatchOptions, execute_watch
 from harness.cli import options
 from harness.cli.commands.base import Command
+from harness.workflows.watch.classify import DEFAULT_CONFIRM
+from harness.workflows.watch.runner import WatchOptions, execute_watch
 
 
 class WatchCommand(Command):

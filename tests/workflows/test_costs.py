@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from harness.analysis.costs import plan_costs
 from harness.cli.options import selection
 from harness.config.repros import discover
 from harness.records.item import ItemRecord, parse_record
 from harness.reports.cost_table import entries
+from harness.workflows.costs import plan_costs
 from tests.support.paths import REPO_ROOT
 
 MIB = 2**20
@@ -89,7 +89,7 @@ def test_an_interrupted_costs_run_keeps_what_ran_says_it_is_partial_and_starts_n
 ) -> None:
     import json
 
-    from harness.analysis import costs as costs_module
+    from harness.workflows import costs as costs_module
     from harness.cli import main as cli
     from harness.records.run_dir import RunDir
     from harness.records.run_meta import RunMeta

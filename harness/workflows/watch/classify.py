@@ -26,19 +26,19 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 from rich.console import Console
 
-from harness.analysis.bisect.runner import BisectOptions, BisectReport, run_bisect
-from harness.analysis.bisect.search import FOUND
-from harness.analysis.watch.nights import Candidate, Night
-from harness.analysis.watch.verdicts import observed, verdict_of
 from harness.config.model import Cell
 from harness.core.errors import UserError
 from harness.environments.releases import VersionsUnavailable, between, released_versions
 from harness.pipeline.session import RunSession
 from harness.planning.items import Plan, PlannedItem
 from harness.planning.run_options import AttemptPolicy, RunOptions
+from harness.records.bisect import FOUND, BisectReport
 from harness.records.changes import FLAKY, Change, Culprit
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
+from harness.workflows.bisect.runner import BisectOptions, run_bisect
+from harness.workflows.watch.nights import Candidate, Night
+from harness.workflows.watch.verdicts import observed, verdict_of
 from repros.runtime.outcomes import Outcome
 
 #: How many times an item runs again where nothing moved under it.

@@ -18,11 +18,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from harness.analysis.bisect.axes import DateAxis, VersionAxis
-from harness.analysis.bisect.search import FOUND, SearchResult, State, search
 from harness.config.matrix import Cell, Matrix
 from harness.core.errors import UserError
 from harness.core.names import one_of, unknown_repro_fix
@@ -35,33 +32,17 @@ from harness.pipeline.session import new_run_id
 from harness.planning.commands import run_command
 from harness.planning.items import PlannedItem
 from harness.planning.run_options import AttemptPolicy, RunOptions, StackChoice
-from harness.records.item import ErrorSummary, ItemRecord
+from harness.records.bisect import BISECT_FILE, FOUND, BisectReport, Step
+from harness.records.item import ItemRecord
 from harness.records.provenance import host_info
 from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
-from repros.runtime.outcomes import UNOBSERVED, Outcome
+from harness.workflows.bisect.axes import DateAxis, VersionAxis
+from harness.workflows.bisect.search import SearchResult, State, search
+from repros.runtime.outcomes import UNOBSERVED
 
-BISECT_FILE = "bisect.json"
 #: One item per environment: a cell's pre-imported worker would save nothing.
 BISECT_LAUNCHER = "torchrun"
-
-
-class Step(BaseModel):
-    """One step of a bisect, as ``bisect.json`` lists it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    n: int
-    role: str
-    point: str
-    outcome: Outcome
-    signature: str | None
-    #: good, bad, other (failed some other way) or skip (nothing observed).
-    state: str
-    seconds: float
-    environment: str
-    env_key: str | None
-    error: ErrorSummary | None
 
 
 @dataclass(frozen=True)
@@ -330,47 +311,6 @@ def date_points(opts: BisectOptions) -> list[str]:
         raise UserError("--good/--bad", str(max(good, bad)), "is in the future", "give dates up to today")
     low = min(good, bad)
     return [str(low + dt.timedelta(days=i)) for i in range(abs((bad - good).days) + 1)]
-
-
-class BisectReport(BaseModel):
-    """What a bisect found (``bisect.json``): the boundary, or why there is none, with every step."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    run_id: str
-    repro: str
-    mode: str
-    axis: str
-    package: str | None
-    good: str
-    bad: str
-    points: list[str]
-    #: regression (good older, bad newer) or fix (bad older, good newer).
-    kind: str
-    #: found, ambiguous, non-monotonic, endpoints-agree or endpoint-unusable.
-    status: str
-    boundary: str | None
-    candidates: list[str]
-    skipped: list[str]
-    failed_differently: list[str]
-    #: With ``--by-date``: the packages that moved on the day found, (before, after), and each day
-    #: resolved: the base cell's packages -> version.
-    moved_on_boundary: dict[str, tuple[str | None, str | None]] = {}
-    resolutions: dict[str, dict[str, str]] | None = None
-    #: With ``--by-date``: each day resolved, every package (``name==version`` lines).
-    locks: dict[str, list[str]] | None = None
-    steps: list[Step]
-    environments_built: int
-    wall_s: float
-    final: str
-    directory: str
-
-    def before_boundary(self) -> str | None:
-        """The point just before the boundary: the last with the older endpoint's outcome."""
-        if self.boundary is None or self.boundary not in self.points:
-            return None
-        i = self.points.index(self.boundary)
-        return self.points[i - 1] if i > 0 else None
 
 
 def execute_bisect(opts: BisectOptions, console: Console) -> int:

@@ -12,11 +12,6 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from harness.analysis.bisect.runner import BisectOptions, BisectReport
-from harness.analysis.watch import classify as classify_mod
-from harness.analysis.watch.classify import WatchContext, classify
-from harness.analysis.watch.nights import Candidate, Night, changed_items, moved_between, outcome_changed
-from harness.analysis.watch.verdicts import verdict_of
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
 from harness.planning.items import PlannedItem
@@ -24,6 +19,11 @@ from harness.planning.run_options import CacheChoice, RunOptions
 from harness.records.changes import CHANGED, FIXED_UPSTREAM, FLAKY, REGRESSED
 from harness.records.item import ItemRecord
 from harness.records.run_meta import CellMeta, RunMeta
+from harness.workflows.bisect.runner import BisectOptions, BisectReport
+from harness.workflows.watch import classify as classify_mod
+from harness.workflows.watch.classify import WatchContext, classify
+from harness.workflows.watch.nights import Candidate, Night, changed_items, moved_between, outcome_changed
+from harness.workflows.watch.verdicts import verdict_of
 from repros.runtime.spec import MODES
 from tests.support.paths import REPO_ROOT
 from tests.support.report_fixture import _record, typed

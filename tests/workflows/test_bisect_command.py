@@ -7,10 +7,6 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness.analysis.bisect import runner as bisect_mod
-from harness.analysis.bisect.axes import final_line
-from harness.analysis.bisect.runner import BisectOptions, base_cell, bisect_points, state_of
-from harness.analysis.bisect.search import Probe, SearchResult
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
 from harness.core.errors import UserError
@@ -19,6 +15,10 @@ from harness.pipeline.executors import local as local_executor
 from harness.planning.commands import run_command
 from harness.planning.run_options import CacheChoice, RunOptions, StackChoice, pinned_cell
 from harness.records.item import ItemRecord, parse_record
+from harness.workflows.bisect import runner as bisect_mod
+from harness.workflows.bisect.axes import final_line
+from harness.workflows.bisect.runner import BisectOptions, base_cell, bisect_points, state_of
+from harness.workflows.bisect.search import Probe, SearchResult
 from repros.runtime.spec import MODES
 from tests.support.paths import REPO_ROOT
 

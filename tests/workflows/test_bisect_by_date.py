@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.analysis.bisect import runner as bisect_mod
-from harness.analysis.bisect.runner import BisectOptions, DateAxis, execute_bisect
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
 from harness.environments import Environment, Resolved
@@ -20,6 +18,8 @@ from harness.environments.specs import NEWEST
 from harness.pipeline.executors import local as local_executor
 from harness.planning.run_options import CacheChoice, RunOptions
 from harness.records.item import ItemRecord, parse_record
+from harness.workflows.bisect import runner as bisect_mod
+from harness.workflows.bisect.runner import BisectOptions, DateAxis, execute_bisect
 from repros.runtime.spec import MODES
 from tests.support.paths import REPO_ROOT
 
