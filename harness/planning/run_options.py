@@ -94,6 +94,20 @@ class Selection(_Choice):
     def _shard_text(self, shard: Shard | None) -> str | None:
         return str(shard) if shard is not None else None
 
+    def flags(self) -> list[str]:
+        """The selection as the flags that choose it again."""
+        args: list[str] = []
+        if self.lane and not self.cells:
+            args += ["--lane", self.lane]
+        for flag, values in (("--cells", self.cells), ("--repros", self.repros), ("--modes", self.modes)):
+            if values:
+                args += [flag, ",".join(values)]
+        for directory in self.repros_dirs:
+            args += ["--repros-dir", str(directory)]
+        if self.shard is not None:
+            args += ["--shard", str(self.shard)]
+        return args
+
 
 def pinned_cell(cell: Cell, pins: Sequence[tuple[str, str]]) -> Cell:
     """``cell`` with some packages pinned over its own specs; named after its origin."""

@@ -89,10 +89,10 @@ def test_an_interrupted_costs_run_keeps_what_ran_says_it_is_partial_and_starts_n
 ) -> None:
     import json
 
-    from harness.workflows import costs as costs_module
     from harness.cli import main as cli
     from harness.records.run_dir import RunDir
     from harness.records.run_meta import RunMeta
+    from harness.workflows import costs as costs_module
 
     started: list[str] = []
 

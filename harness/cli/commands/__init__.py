@@ -1,14 +1,14 @@
 """The command-line verbs, one class each (``base.Command``), in the order ``--help`` lists them.
 
 A new verb is one module with a ``Command`` subclass, plus its line in ``COMMANDS``, or an installed
-package's entry point in the ``ft_regress.commands`` group (listed after the built-in verbs).
+package's entry point in the ``ft_regress.commands`` group (listed after the built-in verbs): the
+project's own benchmarks add ``bench`` so (``benchmarks/command.py``).
 """
 
 from __future__ import annotations
 
 from harness.cli.commands.atlas import AtlasCommand
 from harness.cli.commands.base import Command
-from harness.cli.commands.bench import BenchCommand
 from harness.cli.commands.bisect import BisectCommand
 from harness.cli.commands.cache import CacheCommand
 from harness.cli.commands.catalog import CatalogCommand
@@ -36,7 +36,6 @@ COMMANDS: Registry[type[Command]] = Registry(
             MergeCommand,
             BisectCommand,
             WatchCommand,
-            BenchCommand,
             CostsCommand,
             GridCommand,
             CompareCommand,
