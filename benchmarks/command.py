@@ -22,7 +22,7 @@ from benchmarks.report_page import run_report_page
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
-from harness.pipeline.session import new_run_id
+from harness.records.run_meta import new_run_id
 
 ITEMS, EXECUTORS, REPORT = "items", "executors", "report"
 

@@ -61,14 +61,15 @@ from harness.execution.gpu_lease import visible_gpus
 from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
 from harness.pipeline.executors import ExecutorContext, ItemJob, make_executor
 from harness.pipeline.item_runner import ItemRunner
-from harness.pipeline.observe import broken_record, now
-from harness.pipeline.session import new_run_id, start_meta
+from harness.pipeline.observe import broken_record
+from harness.pipeline.session import start_meta
 from harness.planning.commands import repro_command
 from harness.planning.items import Plan, PlannedItem, plan_items
 from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
 from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import new_run_id, utc_now
 from harness.reports.finalize import finalize
 from harness.reports.terminal import results_table
 from repros.runtime.kinds import is_file_ref, suffixes
@@ -481,7 +482,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.is_worker or session.config.getoption("collectonly") or not state.run_dir.meta_path.exists():
         return
     meta = state.run_dir.read_meta()
-    state.run_dir.write_meta(meta.evolve(finished_at=now(), pytest_exitstatus=int(session.exitstatus)))
+    state.run_dir.write_meta(meta.evolve(finished_at=utc_now(), pytest_exitstatus=int(session.exitstatus)))
     finalize(state.run_dir)
 
 

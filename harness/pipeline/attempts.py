@@ -32,7 +32,6 @@ from pathlib import Path
 
 from harness.pipeline.executors.base import ItemJob, ItemLost
 from harness.pipeline.item_records import unobserved_record
-from harness.pipeline.observe import now
 from harness.records.item import (
     MAX_MESSAGE_CHARS,
     Attempt,
@@ -42,6 +41,7 @@ from harness.records.item import (
     error_summary,
     parse_record,
 )
+from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
 
 #: The record of an attempt set aside, in its own directory.
@@ -175,7 +175,7 @@ def lost_record(job: ItemJob, lost: list[ItemLost]) -> ItemRecord:
     """Every attempt was lost with its node: the item is INFRA, each loss named."""
     last = lost[-1]
     said = "; ".join(f"attempt {i}: node {e.node}: {e.reason}" for i, e in enumerate(lost, 1))
-    stamp = now()
+    stamp = utc_now()
     record = unobserved_record(
         outcome=Outcome.INFRA,
         error_type=last.error_type,

@@ -8,7 +8,6 @@ item runner (``item_runner.py``) and the run's executor: ``run``, ``grid``, ``co
 
 from __future__ import annotations
 
-import datetime as dt
 import shlex
 from collections.abc import Sequence
 
@@ -25,11 +24,8 @@ from harness.pipeline.item_records import item_device, item_record, unobserved_r
 from harness.planning.items import PlannedItem
 from harness.records.item import ItemId, ItemRecord
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def observe_item(
@@ -58,7 +54,7 @@ def observe_item(
 
 def unresolvable_record(job: ItemJob, reason: str) -> ItemRecord:
     """The item's cell has no environment (``reason``): UNRESOLVABLE, nothing launched."""
-    stamp = now()
+    stamp = utc_now()
     return unobserved_record(
         outcome=Outcome.UNRESOLVABLE,
         error_type="EnvironmentUnavailable",
@@ -81,7 +77,7 @@ def _observe(
     gpus: Sequence[str],
     environments: Environments | None,
 ) -> ItemRecord:
-    started = now()
+    started = utc_now()
     item, repro = job.item, job.repro
     item_dir = run_dir.item_dir(item.id)
     request = LaunchRequest(
@@ -111,7 +107,7 @@ def _observe(
             world_size=item.world_size,
             repro_cmd=job.repro_cmd,
             started_at=started,
-            finished_at=now(),
+            finished_at=utc_now(),
             **plan_fields(item),
         )
     if item.runs_as_written:
@@ -142,7 +138,7 @@ def _observe(
         repro_cmd=job.repro_cmd,
         item_dir=item_dir,
         started_at=started,
-        finished_at=now(),
+        finished_at=utc_now(),
         **plan_fields(item),
         **launched,
     )
@@ -182,7 +178,7 @@ def plan_fields(item: PlannedItem) -> JsonObject:
 
 def broken_record(run_id: str, cell: Cell, broken: BrokenRepro) -> ItemRecord:
     """A repro file that cannot be loaded: INFRA in each cell it would have run in."""
-    stamp = now()
+    stamp = utc_now()
     return unobserved_record(
         outcome=Outcome.INFRA,
         error_type="ReproUnloadable",

@@ -1,4 +1,5 @@
-"""Where a run ran: the machine's CPU and GPUs, read without importing torch."""
+"""Where a run ran and what ran it: the machine's CPU and GPUs, read without importing torch, and the
+harness's own commit."""
 
 from __future__ import annotations
 
@@ -54,3 +55,16 @@ def host_info() -> JsonObject:
         "gpus": gpus(),
         "python": sys.version.split()[0],
     }
+
+
+#: The checkout the harness runs from, where it does (its ``git`` commit).
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def git_commit() -> str | None:
+    """The harness's own commit, where it runs from a checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

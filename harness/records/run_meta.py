@@ -9,12 +9,26 @@ harness wrote is kept as written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+import secrets
+from collections.abc import Mapping, Sequence
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness import __version__
+from harness.core.invocation import program_text
 from harness.core.json import JsonObject, JsonValue
+from harness.records.provenance import git_commit, host_info
+
+
+def new_run_id() -> str:
+    """A run's id: when it started, to the second, and four hex digits (two runs in one second differ)."""
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 class _Meta(BaseModel):
@@ -114,6 +128,24 @@ class RunMeta(_Meta):
     shard: ShardMeta | None = None
     concurrency: dict[str, JsonValue] | None = None
     orchestrator_peak_rss_bytes: int | None = None
+
+    @classmethod
+    def started(cls, run_id: str, argv: Sequence[str], **fields: object) -> Self:
+        """``run.json`` as a run (or a pytest session) starts: ``fields`` (its options, its plan,
+        its environments' cache), and where and what it ran from: the time, the program the user
+        ran, the harness's version and commit, the host."""
+        return cls.model_validate(
+            {
+                "run_id": run_id,
+                "started_at": utc_now(),
+                "argv": list(argv),
+                "program": program_text(),
+                "harness_version": __version__,
+                "git_commit": git_commit(),
+                "host": host_info(),
+                **fields,
+            }
+        )
 
     def __contains__(self, item: object) -> bool:
         """``"field" in record`` would compare with pydantic's (name, value) pairs and say False:

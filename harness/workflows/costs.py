@@ -23,13 +23,13 @@ from rich.console import Console
 
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.text import plain
-from harness.pipeline.observe import now
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
 from harness.planning.items import Plan, PlannedItem, plan_items
 from harness.planning.run_options import RunOptions
 from harness.records.costs import COSTS_FILE, CostsFile, write_costs
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import utc_now
 from harness.reports.cost_table import costs_table, entries
 from repros.runtime.outcomes import UNOBSERVED, Outcome
 from repros.runtime.spec import FIXED_TRAINER
@@ -82,7 +82,7 @@ def run_costs(
             "pick repros and cells that run together",
         )
     measured: list[list[ItemRecord]] = []
-    started = now()
+    started = utc_now()
     interrupted: str | None = None
     for number in range(1, rounds + 1):
         opts = dataclasses.replace(base, out_dir=out / f"round-{number}")
@@ -106,7 +106,7 @@ def run_costs(
     )
     costs = CostsFile(
         started_at=started,
-        finished_at=now(),
+        finished_at=utc_now(),
         argv=list(argv),
         model=base.stack.model,
         rounds=len(measured),

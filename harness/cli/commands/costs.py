@@ -12,7 +12,7 @@ from rich.console import Console
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
-from harness.pipeline.session import new_run_id
+from harness.records.run_meta import new_run_id
 from harness.workflows.costs import run_costs
 
 

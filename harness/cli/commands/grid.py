@@ -10,7 +10,7 @@ from rich.console import Console
 
 from harness.cli import options
 from harness.cli.commands.base import Command
-from harness.pipeline.session import new_run_id
+from harness.records.run_meta import new_run_id
 from harness.workflows.grid import run_grid
 
 

@@ -28,7 +28,6 @@ from harness.environments.releases import VersionsUnavailable, between, released
 from harness.execution.containment.leftovers import sweep_dead_runs
 from harness.pipeline.executors import ExecutorContext, ItemJob, make_executor
 from harness.pipeline.item_runner import ItemRunner
-from harness.pipeline.session import new_run_id
 from harness.planning.commands import run_command
 from harness.planning.items import PlannedItem
 from harness.planning.run_options import AttemptPolicy, RunOptions, StackChoice
@@ -37,6 +36,7 @@ from harness.records.item import ItemRecord
 from harness.records.provenance import host_info
 from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import new_run_id
 from harness.workflows.bisect.axes import DateAxis, VersionAxis
 from harness.workflows.bisect.search import SearchResult, State, search
 from repros.runtime.outcomes import UNOBSERVED
