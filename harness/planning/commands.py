@@ -32,6 +32,11 @@ def repro_dirs_for(repros_dirs: Sequence[Path], module: str | None) -> list[Path
     return list(dict.fromkeys(dirs))
 
 
+def _verb_in_cell(verb: str, matrix: str, cell: Cell) -> list[str]:
+    """``VERB --matrix MATRIX --cells CELL``: the matrix cell a (pinned, family) cell came from."""
+    return [*program(), verb, "--matrix", matrix, "--cells", cell.origin or cell.family_of or cell.name]
+
+
 def run_command(
     matrix: Path,
     cell: Cell,
@@ -43,8 +48,7 @@ def run_command(
     module: str | None = None,
 ) -> str:
     """``run`` of one item: its matrix cell, repro and mode, on the stack ``stack`` chose."""
-    args = [*program(), "run", "--matrix", str(Path(matrix).resolve())]
-    args += ["--cells", cell.origin or cell.family_of or cell.name, "--repros", repro, "--modes", mode]
+    args = [*_verb_in_cell("run", str(Path(matrix).resolve()), cell), "--repros", repro, "--modes", mode]
     args += stack.for_cell(cell).flags()
     for directory in repro_dirs_for(repros_dirs, module):
         args += ["--repros-dir", str(directory)]
@@ -59,29 +63,13 @@ def repro_command(opts: RunOptions, item: PlannedItem) -> str:
     scenario = item.scenario
     if scenario is not None:
         # A grid combination: the grid, restricted to it, in its cell.
-        args = [
-            *program(),
-            "grid",
-            "--matrix",
-            matrix,
-            "--cells",
-            item.cell.origin or item.cell.family_of or item.cell.name,
-        ]
-        args += stack.flags()
+        args = [*_verb_in_cell("grid", matrix, item.cell), *stack.flags()]
         for axis, value in scenario.items():
             args += ["--only", f"{axis}={value}"]
         return shlex.join(args + opts.cache.flags())
     variant = item.variant
     if variant:
-        args = [
-            *program(),
-            "costs",
-            "--matrix",
-            matrix,
-            "--cells",
-            item.cell.origin or item.cell.family_of or item.cell.name,
-        ]
-        args += ["--repros", item.repro_id, "--variants", str(variant)]
+        args = [*_verb_in_cell("costs", matrix, item.cell), "--repros", item.repro_id, "--variants", str(variant)]
         args += stack.evolve(model=item.cell.model).flags()
         for directory in dirs:
             args += ["--repros-dir", str(directory)]

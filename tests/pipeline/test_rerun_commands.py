@@ -6,9 +6,9 @@ for, and the item it runs, are the first run's. (Before options were values, the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,12 +18,12 @@ import yaml
 from harness.cli.main import main
 from harness.core.invocation import program
 from harness.environments import PROVIDERS, Environment
-from harness.environments.base import CellRequest, ProviderContext
+from harness.environments.base import CellRequest
 from harness.execution.launchers import LAUNCHERS
-from tests.support.throwaway_run import ThrowawayLauncher
+from tests.support.throwaway_run import ThrowawayLauncher, ThrowawayProvider
 
 
-class RecordingProvider:
+class RecordingProvider(ThrowawayProvider):
     """Installs nothing, but is asked for what a cell's environment would install: each request's
     stack (its package specs, the day it floats as of, the lock) is kept, in order."""
 
@@ -31,40 +31,13 @@ class RecordingProvider:
     installs_packages: ClassVar[bool] = True
     asked: ClassVar[list[dict[str, Any]]] = []
 
-    def __init__(self, context: ProviderContext) -> None:
-        self.cache_dir = context.cache_dir
-
     def get(self, cell: CellRequest) -> Environment:
         stack = {"packages": dict(cell.packages), "as_of": cell.as_of, "lock": cell.lock, "python": cell.python}
         RecordingProvider.asked.append(stack)
         versions = {name: spec.lstrip("=<>~!") for name, spec in cell.packages.items()}
-        return Environment(
-            key=json.dumps(stack, sort_keys=True),
-            python=sys.executable,
-            python_version="3.11",
-            packages=versions,
-            path=None,
-            extensions_dir=str(self.cache_dir / "ext"),
-            reused=True,
-            build_s=0.0,
-            provider=self.name,
+        return dataclasses.replace(
+            super().get(cell), key=json.dumps(stack, sort_keys=True), packages=versions, provider=self.name
         )
-
-    def damage(self, env: Environment) -> list[str]:
-        return []
-
-    def invalidate(self, env: Environment, reason: str) -> None:
-        pass
-
-    def release(self, env: Environment) -> None:
-        pass
-
-    def readiness(self, env: Environment) -> str:
-        return "recorded"
-
-    @classmethod
-    def rank_import_path(cls, env: Environment) -> list[str]:
-        return []
 
 
 @pytest.fixture
