@@ -64,7 +64,7 @@ def guards_page() -> str:
         "| guard | works around | sets | why (X: the installed version) |",
         "|---|---|---|---|",
     ]
-    for rule in GUARDS:
+    for rule in GUARDS.values():
         effect = ", ".join(f"`{k}={v!r}`" for k, v in rule.effect.items())
         why = rule.reason(_AnyInstalled()).replace("|", "\\|")
         lines.append(f"| `{rule.id}` | {rule.works_around or '—'} | {effect} | {why} |")
