@@ -1,8 +1,12 @@
 """The command-line verbs, one class each (``base.Command``), in the order ``--help`` lists them.
 
 A new verb is one module with a ``Command`` subclass, plus its line in ``COMMANDS``, or an installed
-package's entry point in the ``ft_regress.commands`` group (listed after the built-in verbs): the
-project's own benchmarks add ``bench`` so (``benchmarks/command.py``).
+package's entry point in the ``ft_regress.commands`` group (listed after the built-in verbs).
+
+``bench`` is the project's own benchmarks (``benchmarks/``, beside the harness, never imported by
+it): its line names the class by path, so the verb works wherever the checkout is (a runner's
+interpreter with the checkout on ``PYTHONPATH`` has no entry points) and nothing of the harness
+imports the benchmarks' modules.
 """
 
 from __future__ import annotations
@@ -23,19 +27,19 @@ from harness.cli.commands.merge import MergeCommand
 from harness.cli.commands.report import ReportCommand
 from harness.cli.commands.run import RunCommand
 from harness.cli.commands.watch import WatchCommand
-from repros.runtime.registry import Registry
+from repros.runtime.registry import Lazy, Registry, lazy
+
+
+def _verbs(*commands: type[Command]) -> dict[str, type[Command] | Lazy]:
+    return {command.name: command for command in commands}
+
 
 COMMANDS: Registry[type[Command]] = Registry(
     "command-line verb",
     {
-        command.name: command
-        for command in (
-            InitCommand,
-            RunCommand,
-            CheckCommand,
-            MergeCommand,
-            BisectCommand,
-            WatchCommand,
+        **_verbs(InitCommand, RunCommand, CheckCommand, MergeCommand, BisectCommand, WatchCommand),
+        "bench": lazy("benchmarks.command:BenchCommand"),
+        **_verbs(
             CostsCommand,
             GridCommand,
             CompareCommand,
@@ -45,7 +49,7 @@ COMMANDS: Registry[type[Command]] = Registry(
             ListCommand,
             CatalogCommand,
             CacheCommand,
-        )
+        ),
     },
     group="ft_regress.commands",
 )
