@@ -64,7 +64,7 @@ def guards_page() -> str:
         "| guard | works around | sets | why (X: the installed version) |",
         "|---|---|---|---|",
     ]
-    for rule in GUARDS:
+    for rule in GUARDS.values():
         effect = ", ".join(f"`{k}={v!r}`" for k, v in rule.effect.items())
         why = rule.reason(_AnyInstalled()).replace("|", "\\|")
         lines.append(f"| `{rule.id}` | {rule.works_around or '—'} | {effect} | {why} |")
@@ -76,14 +76,19 @@ def extensions_page() -> str:
         "# Extension points",
         "",
         "Generated from the registries themselves at every docs build: each kind of extension is one "
-        "new file plus one registration, and what is registered now.",
+        "new file plus one registration, in the harness or from an installed package's entry point "
+        "(where the kind has a group), and what is registered now.",
         "",
-        "| kind | the interface | add a file in | register it in | registered now |",
-        "|---|---|---|---|---|",
+        "| kind | the interface | add a file in | register it in | or an installed package's entry point in | "
+        "registered now |",
+        "|---|---|---|---|---|---|",
     ]
     for point in EXTENSION_POINTS:
         names = ", ".join(f"`{n}`" for n in point.registered())
-        lines.append(f"| {point.kind} | `{point.interface}` | `{point.directory}` | `{point.registry}` | {names} |")
+        group = f"`{point.group}`" if point.group else "(code only: the ranks use it)"
+        lines.append(
+            f"| {point.kind} | `{point.interface}` | `{point.directory}` | `{point.where}` | {group} | {names} |"
+        )
     lines += ["", "Each interface:", ""]
     for point in EXTENSION_POINTS:
         doc = inspect.cleandoc(point.describe())

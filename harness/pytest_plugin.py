@@ -3,14 +3,22 @@
     pytest repros/ --cells passthrough           # the runner's own stack (a GPU runner)
     pytest --matrix matrix.yaml --lane ci -n 2   # built environments, spread over workers
 
-Options are the command line's own (``harness/cli/options.py``): ``--matrix --lane --cells
---repros --modes --repros-dir``, with ``--repro-out`` and ``--repro-launcher`` for ``run``'s
-``--out`` and ``--launcher`` (``--cell`` is kept as another name for ``--cells``).
+Options are ``run``'s own (``harness/cli/options.py``), parsed the same way into the same values:
+the selection (``--matrix --lane --cells --repros --modes --repros-dir``; ``--cell`` is another
+name for ``--cells``), and with a ``--repro-`` prefix where the flag is too generic for a pytest
+session that loads many plugins: what chose the stack (``--repro-pin --repro-as-of --repro-model
+--repro-world-size --repro-family``), where items run (``--repro-executor --repro-ray-address
+--repro-slurm-folder --repro-slurm-param --repro-launcher``), how many times (``--repro-repeat
+--repro-reruns``), the environment cache (``--repro-cache-dir --repro-cache-max-gb``) and
+``--repro-out``. What pytest does itself is left to it: ``-n`` (pytest-xdist) for ``--jobs``, ``-k``
+and node ids for a part of the plan; ``--resume``, ``--shard`` and ``--save-expectations`` are
+``run``'s only.
 
-Items are planned by ``harness.planning.items.plan_items`` and run by ``harness.pipeline.observe``, like
-``run``: the same records, outcomes and expectations. An item passes when its observation
-matches its expectation; its failure shows the outcome, the signature or error, each
-rank's log tail and the command that reruns it. Excluded items are skipped with their
+Items are planned by ``harness.planning.items.plan_items`` and run by the item runner over the
+chosen executor (``harness.pipeline.item_runner``), like ``run``: the same attempts, records,
+outcomes and expectations. An item passes when its observation matches its expectation; its
+failure shows the outcome, the signature or error, each rank's log tail and the command that
+reruns it. Excluded items are skipped with their
 reason. Records go to ``<--repro-out>/results.jsonl`` (default: ``reports/pytest-<run-id>``
 under the directory pytest was started from) as each item finishes, from every xdist
 worker; the session ends with ``harness.reports.finalize`` (``junit.xml``, ``index.html``), so
@@ -35,7 +43,7 @@ import io
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,28 +54,40 @@ from rich.console import Console
 from harness.cli import options
 from harness.config.repros import BrokenRepro
 from harness.core.errors import UserError
-from harness.environments import Environments, Resolved
+from harness.environments import Environments
 from harness.execution.containment import cgroups
 from harness.execution.containment.leftovers import sweep_dead_runs
-from harness.execution.gpu_lease import lease, visible_gpus
-from harness.execution.launchers import Launcher, LauncherContext, make_launcher
+from harness.execution.gpu_lease import visible_gpus
 from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
-from harness.pipeline.observe import broken_record, now, observe_item
-from harness.pipeline.session import new_run_id, start_meta
+from harness.pipeline.executors import ExecutorContext, ItemJob, make_executor
+from harness.pipeline.item_runner import ItemRunner
+from harness.pipeline.observe import broken_record
+from harness.pipeline.session import start_meta
 from harness.planning.commands import repro_command
-from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
+from harness.planning.items import Plan, PlannedItem, plan_items
+from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
 from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import new_run_id, utc_now
 from harness.reports.finalize import finalize
 from harness.reports.terminal import results_table
 from repros.runtime.kinds import is_file_ref, suffixes
 from repros.runtime.measures import measures
+from repros.runtime.registry import RegistryClash
 
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
-#: The shared options (harness/cli/options.py) the plugin takes; any of the first four asks for repro items.
-PLUGIN_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir", "out", "launcher", "model", "world_size")
+#: The options of ``run`` (harness/cli/options.py) the plugin takes: every one that fits a test session.
+PLUGIN_OPTIONS = (
+    *options.SELECTION_OPTIONS,
+    "out",
+    *options.STACK_OPTIONS,
+    *(name for name in options.EXECUTOR_OPTIONS if name != "jobs"),  # -n (pytest-xdist) runs items at once
+    *options.ATTEMPT_OPTIONS,
+    *options.CACHE_OPTIONS,
+)
+#: Any of these asks for repro items.
 SELECTING_OPTIONS = ("matrix", "lane", "cells", "repros")
 #: Lines of each rank's log shown in a failure.
 TAIL_LINES = 25
@@ -92,19 +112,37 @@ class ReproSession:
     gpus: list[str]
     environments: Environments
     writer: ResultsWriter | None = None
-    #: This process's launcher (the cells' pre-imported workers by default), made on first use.
-    launcher: Launcher | None = None
-    envs_seen: dict[str, Resolved] = field(default_factory=dict)
+    #: This process's item runner over the chosen executor (its launcher: the cells' pre-imported
+    #: workers by default), made on first use.
+    runner: ItemRunner | None = None
 
-    def item_launcher(self) -> Launcher:
-        if self.launcher is None:
+    def item_runner(self) -> ItemRunner:
+        if self.runner is None:
             name = os.environ.get("PYTEST_XDIST_WORKER", "controller")
-            self.launcher = make_launcher(self.opts.launcher, LauncherContext(self.run_dir.workers_dir / name))
-        return self.launcher
+            context = ExecutorContext(
+                self.run_dir,
+                self.run_id,
+                self.opts.executor,
+                self.opts.cache,
+                self.environments,
+                log_dir=self.run_dir.workers_dir / name,
+            )
+            self.runner = ItemRunner(make_executor(context), self.opts.attempts, self.run_dir)
+        return self.runner
 
-    def environment(self, item: PlannedItem) -> Resolved:
-        """The cell's environment, resolved (built if need be) once per process."""
-        return self.environments.for_cell(item.cell)
+    def run(self, item: PlannedItem) -> ItemRecord:
+        """The item's record, run as ``run`` runs it (its attempts decided by the item runner)."""
+        runner = self.item_runner()
+        # The cell's environment is made ready here (once per process), unless the executor's nodes make it.
+        resolved = self.environments.for_cell(item.cell) if runner.executor.builds_environments else None
+        repros = self.opts.discovery.repros
+        job = ItemJob(
+            self.run_id, item, repros[item.repro_id], repro_command(self.opts, item), [r.spec for r in repros.values()]
+        )
+        record = runner.run(job, resolved)
+        assert record is not None, "a test session's runner is never stopped"
+        runner.recorded(item)
+        return record
 
     def append(self, record: ItemRecord) -> None:
         if self.writer is None:
@@ -149,15 +187,17 @@ def _values(config: pytest.Config) -> dict[str, Any]:
     """The plugin's option values by the shared destinations, paths against the invocation directory."""
     base = config.invocation_params.dir
     values = {name: config.getoption(f"ft_{name}") for name in PLUGIN_OPTIONS}
-    if values["matrix"]:
-        values["matrix"] = Path(base, values["matrix"])
-    values["repros_dir"] = [Path(base, d) for d in values["repros_dir"] or []]
+    for name in PLUGIN_OPTIONS:
+        kind = options.OPTIONS[name].kind
+        if kind == "path" and values[name]:
+            values[name] = Path(base, values[name])
+        elif kind == "paths":
+            values[name] = [Path(base, d) for d in values[name] or []]
     return values
 
 
 def _options(config: pytest.Config) -> RunOptions:
-    # Like `run` without --cache-dir (FT_REGRESS_CACHE, set by --harness-cache, is read anyway),
-    # so each item's repro_cmd is the one `run` writes.
+    # Parsed as `run` parses its own, so each item's repro_cmd is the one `run` writes.
     return options.selection(_values(config), cwd=config.invocation_params.dir)
 
 
@@ -171,6 +211,8 @@ def pytest_configure(config: pytest.Config) -> None:
         plan = plan_items(opts)
     except UserError as exc:
         raise pytest.UsageError(exc.line()) from None
+    except RegistryClash as exc:
+        raise pytest.UsageError(str(exc)) from None
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     shared = (workerinput or {}).get(WORKER_INPUT)
     if shared:
@@ -184,10 +226,8 @@ def pytest_configure(config: pytest.Config) -> None:
         base = config.invocation_params.dir
         out = Path(base, chosen) if chosen else base / config.getini("ft_regress_reports") / f"pytest-{run_id}"
         out = out.resolve()
-    assert opts.cache_dir is not None
-    state = ReproSession(
-        config, opts, plan, run_id, RunDir(out), workerinput is not None, visible_gpus(), Environments(opts.cache_dir)
-    )
+    environments = Environments(opts.cache.path, cache_max_gb=opts.cache.cache_max_gb)
+    state = ReproSession(config, opts, plan, run_id, RunDir(out), workerinput is not None, visible_gpus(), environments)
     config.stash[STATE] = state
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(d) for d in _repro_dirs(config)]
@@ -379,21 +419,7 @@ class ReproItem(_RecordedItem):
 
     def runtest(self) -> None:
         state = self.config.stash[STATE]
-        resolved = state.environment(self.planned)
-        wanted = self.planned.world_size if state.gpus and resolved.env is not None else 0
-        with lease(wanted, state.gpus) as gpus:
-            record = observe_item(
-                run_id=state.run_id,
-                item=self.planned,
-                repro=state.opts.discovery.repros[self.planned.repro_id],
-                resolved=resolved,
-                run_dir=state.run_dir,
-                launcher=state.item_launcher(),
-                repro_cmd=repro_command(state.opts, self.planned),
-                gpus=gpus,
-                environments=state.environments,
-            )
-        self._finish(state, record)
+        self._finish(state, state.run(self.planned))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, self.planned.id.label()
@@ -451,12 +477,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.writer is not None:
         state.writer.close()
         state.writer = None
-    if state.launcher is not None:
-        state.launcher.close()
+    if state.runner is not None:
+        state.runner.executor.close()
     if state.is_worker or session.config.getoption("collectonly") or not state.run_dir.meta_path.exists():
         return
     meta = state.run_dir.read_meta()
-    state.run_dir.write_meta(meta.evolve(finished_at=now(), pytest_exitstatus=int(session.exitstatus)))
+    state.run_dir.write_meta(meta.evolve(finished_at=utc_now(), pytest_exitstatus=int(session.exitstatus)))
     finalize(state.run_dir)
 
 

@@ -5,6 +5,8 @@ provider, measure and report writer are registered from this module, and a real 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,6 +25,7 @@ from harness.reports.finished import FinishedRun
 from repros.runtime import measures
 from repros.runtime.measures.base import Measure, Meter, Quantity, Reduction
 from repros.runtime.record import write_rank_record
+from tests.support import fake_stack, tiny_package
 from tests.support.paths import REPO_ROOT
 
 
@@ -200,7 +203,65 @@ def test_a_throwaway_launcher_provider_measure_and_writer_are_used_once_register
 
 def test_every_extension_point_names_a_registry_with_something_in_it() -> None:
     for point in EXTENSION_POINTS:
-        assert list(point.registered()), point.kind
-        module, _, name = point.registry.partition(":")
-        assert (REPO_ROOT / module).is_file() and name in (REPO_ROOT / module).read_text(), point.registry
+        # Every kind has built-in entries, but for the repros of installed packages (the built-in
+        # catalog is found by discovery).
+        assert list(point.registered()) or point.group == "ft_regress.repros", point.kind
+        module, _, name = point.where.partition(":")
+        assert (REPO_ROOT / module).is_file() and name in (REPO_ROOT / module).read_text(), point.where
         assert point.describe(), point.kind
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The fake stack (a stand-in torchrun, no torch) and the tiny package, pip-installed into a
+    folder on ``PYTHONPATH``: what ``pip install ft-regress-tiny`` does for a team."""
+    root = tmp_path_factory.mktemp("installed")
+    env = fake_stack.run_env(fake_stack.install(root))
+    site = tiny_package.pip_install(tiny_package.tiny(root), root / "site")
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"], str(REPO_ROOT)])
+    env["FT_REGRESS_CACHE"] = str(root / "cache")
+    fake_stack.write_matrix(root / "matrix.yaml", ["a"])
+    return root, env
+
+
+def harness_run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300
+    )
+
+
+def test_an_installed_package_adds_a_repro_and_an_executor_without_editing_the_harness(
+    installed: tuple[Path, dict[str, str]],
+) -> None:
+    root, env = installed
+    helped = harness_run(env, "run", "--help")
+    assert "tiny" in helped.stdout.split("--executor", 1)[1].split("--", 1)[0]  # among the choices
+    out = root / "out"
+    done = harness_run(env, "run", "--matrix", str(root / "matrix.yaml"), "--repros", "T100", "--executor", "tiny",
+                       "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["repro"] == "T100" and record["outcome"] == "REPRODUCED" and record["matched"]
+    assert record["signature"] == "T100.sig" and "the shipped symptom, on rank 0" in record["error"]["message"]
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["concurrency"]["executor"] == "tiny" and meta["concurrency"]["attempts_by_tiny"] == 1
+    assert meta["options"]["executor"] == "tiny"
+    # Listed where every registry is: the installed package's names beside the built-ins.
+    listed = subprocess.run(
+        [sys.executable, "-c", "from harness.cli.extensions import EXTENSION_POINTS as E; "
+         "print({p.kind: p.registered() for p in E})"],
+        capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "'repro source': ['tiny']" in listed and "'executor': ['local', 'ray', 'slurm', 'tiny']" in listed
+
+
+def test_two_extensions_of_one_name_are_refused_in_one_line(installed: tuple[Path, dict[str, str]]) -> None:
+    root, env = installed
+    site = tiny_package.pip_install(tiny_package.clash(root), root / "clash-site")
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(site), env["PYTHONPATH"]])}
+    done = harness_run(env, "run", "--matrix", str(root / "matrix.yaml"), "--repros", "T100", "--executor", "local",
+                       "--out", str(root / "never"))  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "two executors are named 'local'" in line and "ft-regress-clash 0.1" in line and "built into" in line
+    assert not (root / "never").exists()

@@ -1,5 +1,6 @@
-"""The orchestrator never imports torch: every one of its modules imports, and discovers the
-repros' specs, without any heavy package of a cell."""
+"""The orchestrator never imports torch: every one of its modules (and of the project's benchmarks,
+which run in its process) imports, and discovers the repros' specs, without any heavy package of a
+cell."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from tests.support.paths import REPO_ROOT
 
 PROBE = """
 import importlib, pkgutil, sys
-import harness
-for module in pkgutil.walk_packages(harness.__path__, "harness."):
-    if module.name != "harness.__main__":
-        importlib.import_module(module.name)
+import benchmarks, harness
+for package in (harness, benchmarks):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if module.name != "harness.__main__":
+            importlib.import_module(module.name)
 from harness.config.repros import discover
 found = discover()
 assert found.repros, "no repros discovered"

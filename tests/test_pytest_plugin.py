@@ -272,3 +272,88 @@ def test_a_script_repro_declared_in_yaml_is_a_pytest_item_explored_like_in_run(
     assert proc.returncode == 0 and "PASSED" in proc.stdout and "repro.yaml::yml-bug[a]" in proc.stdout, proc.stdout
     (record,) = read_results(tmp_path / "out" / "results.jsonl")
     assert (record.outcome, record.explored) == ("REPRODUCED", True)
+
+
+def test_pytest_help_lists_the_run_options_that_fit_a_test_session() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
+    for flag in (
+        "--repro-family",
+        "--repro-executor",
+        "--repro-repeat",
+        "--repro-reruns",
+        "--repro-pin",
+        "--repro-as-of",
+        "--repro-world-size",
+        "--repro-model",
+        "--repro-slurm-param",
+        "--repro-ray-address",
+        "--repro-cache-dir",
+    ):
+        assert flag in proc.stdout, flag
+
+
+def test_family_repeat_and_the_stack_options_reach_the_ranks(stack: tuple[Path, dict[str, str]]) -> None:
+    root, _ = stack
+    out = root / "options-out"
+    proc = pytest_run(
+        stack,
+        f"--repro-out={out}",
+        "--cell=a",
+        "--repro-family=llama",
+        "--repro-repeat=2",
+        "--repro-world-size=1",
+        "--repro-as-of=2025-03-25",
+        repros="T2",
+    )
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    (record,) = read_results(out / "results.jsonl")
+    assert record.cell == "a@llama" and record.family == "llama" and record.world_size == 1
+    assert record.repeat == 2 and [a.outcome for a in record.attempts] == ["NOT_REPRODUCED"] * 2
+    for flag in ("--family llama", "--world-size 1", "--as-of 2025-03-25"):
+        assert flag in record.repro_cmd, flag
+    # Both attempts' ranks ran (the first kept beside the item), each told the family it trains.
+    ranks = fake_stack.rank_records(out)
+    assert len(ranks) == 2 and len(list((out / "items" / "a@llama").glob("T2-bug.attempt-1/rank0.json"))) == 1
+    assert all(r["facts"]["params"]["family"] == "llama" for r in ranks)
+
+
+def test_reruns_run_an_item_again_while_it_contradicts_its_expectation(
+    stack: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    root, _ = stack
+    repros = tmp_path / "flaky"
+    fake_stack.write_repro(repros, "T5", "flaky", "REPRODUCED", world_size=1)
+    out = tmp_path / "out"
+    proc = pytest_run(
+        stack, f"--repros-dir={repros}", f"--repro-out={out}", "--cell=a", "--repro-reruns=1", repros="T5"
+    )
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    (record,) = read_results(out / "results.jsonl")
+    assert record.outcome == "REPRODUCED" and record.matched and record.flaky
+    assert [a.outcome for a in record.attempts] == ["DIFFERENT_ERROR"]
+
+
+def test_an_executor_named_under_pytest_runs_the_items(stack: tuple[Path, dict[str, str]]) -> None:
+    """``--repro-executor slurm`` (submitit's local executor: no Slurm daemon here): each item runs as
+    a job, on its node as the local executor runs it, and its files come back into the run."""
+    root, _ = stack
+    out = root / "slurm-out"
+    proc = pytest_run(
+        stack,
+        f"--repro-out={out}",
+        "--cell=a",
+        "--repro-executor=slurm",
+        "--repro-slurm-param=cluster=local",
+        f"--repro-slurm-folder={root / 'slurm'}",
+        repros="T2",
+    )
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    (record,) = read_results(out / "results.jsonl")
+    assert record.node and record.outcome == "NOT_REPRODUCED"
+    assert fake_stack.rank_records(out) and list((root / "slurm").iterdir())

@@ -22,15 +22,13 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.records.item import ItemRecord
 from harness.records.results import RESULTS_FILE, Records, ResultsWriteError, torn_line
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
-
-JsonValue = Any
 
 
 @dataclass
@@ -144,9 +142,10 @@ def merge_runs(out: Path, shard_dirs: Sequence[Path]) -> Merged:
     commits = {m.git_commit for m in metas}
     if len(commits) > 1:
         warnings.append(f"shards ran different commits: {', '.join(sorted(str(c) for c in commits))}")
-    more: dict[str, JsonValue] = {"incomplete": {"warnings": warnings, "not_run": not_run}} if warnings else {}
+    incomplete: JsonObject = {"warnings": warnings, "not_run": not_run}
     if torn:
-        more["incomplete"]["torn"] = torn
+        incomplete["torn"] = torn
+    more: JsonObject = {"incomplete": incomplete} if warnings else {}
     if repeated:
         more["repeated_records"] = repeated
         warnings += repeated

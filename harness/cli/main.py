@@ -21,6 +21,7 @@ from harness.cli.commands import COMMANDS
 from harness.core.errors import EXIT_USAGE, UserError, one_line
 from harness.core.invocation import program_text
 from harness.core.text import plain
+from repros.runtime.registry import RegistryClash
 
 
 def program_name() -> str:
@@ -50,7 +51,7 @@ def checked_paths(parser: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     root = Parser(prog=program_name(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = root.add_subparsers(dest="command", required=True)
-    for command_class in COMMANDS:
+    for command_class in COMMANDS.values():
         command = command_class()
         verb = sub.add_parser(command.name, help=command.help, description=command.help)
         command.add_arguments(verb)
@@ -61,7 +62,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except RegistryClash as exc:  # two installed packages give one verb (or a choice) one name
+        print(f"error: {plain(one_line(str(exc)))}", file=sys.stderr)
+        return EXIT_USAGE
     # In a CI log (not a terminal) rich would wrap at 80 columns: give tables room and
     # never break a printed line, so messages and commands stay whole and greppable.
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -69,4 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler.run(args, console, argv))
     except UserError as exc:
         print(f"error: {plain(exc.line())}", file=sys.stderr)
+        return EXIT_USAGE
+    except RegistryClash as exc:  # two installed packages give an extension one name
+        print(f"error: {plain(one_line(str(exc)))}", file=sys.stderr)
         return EXIT_USAGE

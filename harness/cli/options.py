@@ -4,7 +4,7 @@ Each ``Option`` names its destination, its flags, its help and how its value is 
 verbs (``harness/cli/commands``) and the pytest plugin (``harness/pytest_plugin.py``) add the
 ones they take from this table, and ``selection`` turns the values into ``RunOptions``. Under
 pytest, an option whose CLI flag is too generic for a pytest session that loads many plugins
-(``--out``, ``--launcher``) has a ``repro-`` prefixed flag instead (``pytest_flags``).
+(``--out``, ``--launcher``, ``--repeat``...) has a ``repro-`` prefixed flag instead (``pytest_flags``).
 
 Where the matrix comes from: ``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``.
 """
@@ -19,15 +19,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.locate import DEFAULT_MATRIX_NAME, MATRIX_VARIABLE, find_matrix
-from harness.config.matrix import Matrix, declared_repros_dirs, load_matrix
-from harness.config.repros import Discovery, discover
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from harness.config.locate import DEFAULT_MATRIX_NAME, MATRIX_VARIABLE
 from harness.core.errors import UserError
+from harness.core.paths import check_output_dir, check_path, path_problem, shown
 from harness.environments import default_cache_dir
 from harness.execution.launchers import LAUNCHERS, default_launcher
-from harness.pipeline.executors import CHECKS, EXECUTORS, NEEDS
-from harness.planning.items import RunOptions
-from repros.runtime.families import FAMILIES
+from harness.pipeline.executors import EXECUTORS, check_choice
+from harness.planning.run_options import (
+    AttemptPolicy,
+    CacheChoice,
+    ExecutorChoice,
+    RunOptions,
+    Selection,
+    StackChoice,
+    check_repros_dirs,
+    load,
+)
+from harness.planning.shards import parse_shard
 from repros.runtime.spec import MODES
 
 
@@ -36,7 +47,8 @@ class Option:
     dest: str
     flags: tuple[str, ...]
     help: str
-    #: ``text``, ``csv`` (comma-separated, repeatable), ``path``, ``paths`` (repeatable), ``choice``, ``int``,
+    #: ``text``, ``texts`` (repeatable), ``csv`` (comma-separated, repeatable), ``path``, ``paths`` (repeatable),
+    #: ``choice``, ``int``,
     #: ``date`` (YYYY-MM-DD, up to today), ``gb`` (a size in GB, more than 0).
     kind: str = "text"
     #: What it accepts: a fixed tuple, or a registry read when the value is checked (a later
@@ -53,7 +65,7 @@ class Option:
         kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help}
         if self.metavar:
             kwargs["metavar"] = self.metavar
-        if self.kind in ("csv", "paths"):
+        if self.kind in ("csv", "paths", "texts"):
             kwargs["action"] = "append"
             kwargs["default"] = []
         if self.kind in ("path", "paths"):
@@ -66,7 +78,7 @@ class Option:
             kwargs["type"] = gigabytes(self.flags[0])
         if self.kind == "choice":
             kwargs["choices"] = self.choices
-        if self.default is not None and self.kind not in ("csv", "paths"):
+        if self.default is not None and self.kind not in ("csv", "paths", "texts"):
             kwargs["default"] = self.default()
         return kwargs
 
@@ -84,32 +96,6 @@ def _past_day(flag: str) -> Callable[[str], str]:
     return parse
 
 
-#: The longest name one directory entry may have, and the longest path (Linux's NAME_MAX, PATH_MAX).
-NAME_MAX = 255
-PATH_MAX = 4096
-#: Room kept under an output directory for what a run writes there (cells, items, attempts, logs).
-OUTPUT_ROOM = 1024
-
-
-def path_problem(path: Path, room: int = 0) -> str | None:
-    """What makes ``path`` unusable as a path at all (empty, a part longer than a file system
-    allows, too long with ``room`` bytes more below it), or None. Nothing is looked up: a name too
-    long would make every look-up raise."""
-    text = str(path)
-    if not text or text.isspace():
-        return "is empty"
-    if "\0" in text:
-        return "holds a NUL character"
-    for part in Path(text).parts:
-        if len(os.fsencode(part)) > NAME_MAX:
-            return f"has a part of {len(os.fsencode(part))} bytes, more than a file name may have ({NAME_MAX})"
-    full = len(os.fsencode(os.path.abspath(text)))
-    if full + room >= PATH_MAX:
-        kept = f" with room for what goes under it ({room} bytes)" if room else ""
-        return f"is {full} bytes long, more than a path may be{kept} ({PATH_MAX})"
-    return None
-
-
 def path_value(value: str) -> Path:
     """argparse's type for a path argument: refused as it is parsed where it could not be a path
     (argparse names the argument)."""
@@ -117,37 +103,6 @@ def path_value(value: str) -> Path:
     if problem:
         raise argparse.ArgumentTypeError(f"{shown(value)} {problem}")
     return Path(value)
-
-
-def shown(value: str, limit: int = 60) -> str:
-    """A value as an error message shows it: quoted, escaped, and cut short where it is long."""
-    quoted = repr(value)
-    return quoted if len(quoted) <= limit else f"{quoted[: limit - 5]}...{quoted[-4:]} ({len(value)} characters)"
-
-
-def check_path(flag: str, path: Path, room: int = 0) -> Path:
-    """``path``, or the ``UserError`` naming ``flag`` where it could not be a path."""
-    problem = path_problem(path, room)
-    if problem:
-        raise UserError(flag, shown(str(path)), problem, f"give {flag} another path")
-    return path
-
-
-def check_output_dir(flag: str, path: Path, writable: bool = True) -> Path:
-    """A directory a run writes into (or makes): refused up front where it is a file, where what
-    it would be made in is not a directory, or (``writable``) where it cannot be written."""
-    check_path(flag, path, room=OUTPUT_ROOM)
-    target = Path(path).expanduser().absolute()
-    existing = target
-    while not os.path.lexists(existing) and existing.parent != existing:
-        existing = existing.parent
-    if os.path.exists(existing) and not os.path.isdir(existing):
-        why = "it is not a directory" if existing == target else f"{existing} is not a directory"
-        raise UserError(path, flag, f"cannot be written ({why})", f"give {flag} a directory, or where to make one")
-    if writable and not os.access(existing, os.W_OK | os.X_OK):
-        why = "permission denied" if existing == target else f"{existing} cannot be written"
-        raise UserError(path, flag, f"cannot be written ({why})", f"give {flag} a directory you can write to")
-    return path
 
 
 def gigabytes(flag: str) -> Callable[[str], float]:
@@ -216,7 +171,13 @@ OPTIONS: dict[str, Option] = {
             kind="path",
             pytest_flags=("--repro-out",),
         ),
-        Option("cache_dir", ("--cache-dir",), f"environment cache (default: {default_cache_dir()})", kind="path"),
+        Option(
+            "cache_dir",
+            ("--cache-dir",),
+            f"environment cache (default: {default_cache_dir()})",
+            kind="path",
+            pytest_flags=("--repro-cache-dir",),
+        ),
         Option(
             "cache_max_gb",
             ("--cache-max-gb",),
@@ -225,6 +186,7 @@ OPTIONS: dict[str, Option] = {
             "free space of its disk come to)",
             kind="gb",
             metavar="GB",
+            pytest_flags=("--repro-cache-max-gb",),
         ),
         Option(
             "launcher",
@@ -257,6 +219,7 @@ OPTIONS: dict[str, Option] = {
             "with --executor ray: the address of a running Ray cluster (host:port, or 'auto'); default: start a "
             "local one for the run",
             metavar="ADDR",
+            pytest_flags=("--repro-ray-address",),
         ),
         Option(
             "slurm_folder",
@@ -264,6 +227,7 @@ OPTIONS: dict[str, Option] = {
             "with --executor slurm: where submitit keeps its jobs' files, a folder every node sees (default: "
             "the run directory's 'slurm')",
             kind="path",
+            pytest_flags=("--repro-slurm-folder",),
         ),
         Option(
             "slurm_param",
@@ -272,6 +236,7 @@ OPTIONS: dict[str, Option] = {
             "slurm_partition=gpu,timeout_min=60, or cluster=local for submitit's local executor)",
             kind="csv",
             metavar="NAME=VALUE",
+            pytest_flags=("--repro-slurm-param",),
         ),
         Option(
             "reruns",
@@ -280,6 +245,22 @@ OPTIONS: dict[str, Option] = {
             "expectation; every attempt is kept, and one that matches on a rerun is reported flaky (default 0)",
             kind="int",
             metavar="N",
+            pytest_flags=("--repro-reruns",),
+        ),
+        Option(
+            "pin",
+            ("--pin",),
+            "pin a package over the selected cells' own spec (repeatable)",
+            kind="texts",
+            metavar="PKG==VER",
+            pytest_flags=("--repro-pin",),
+        ),
+        Option(
+            "shard",
+            ("--shard",),
+            "run only shard I of N of the planned items, balanced by the durations of the runs in --reports-dir",
+            metavar="I/N",
+            pytest_flags=("--repro-shard",),
         ),
         Option(
             "as_of",
@@ -288,6 +269,7 @@ OPTIONS: dict[str, Option] = {
             "written (default: now)",
             kind="date",
             metavar="YYYY-MM-DD",
+            pytest_flags=("--repro-as-of",),
         ),
         Option(
             "repeat",
@@ -297,6 +279,7 @@ OPTIONS: dict[str, Option] = {
             kind="int",
             metavar="N",
             minimum=1,
+            pytest_flags=("--repro-repeat",),
         ),
         Option(
             "reports_dir",
@@ -365,21 +348,18 @@ def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
     return tuple(v.strip(" ") for value in values for v in value.split(",") if v.strip(" "))
 
 
-def check_repros_dirs(repros_dirs: Sequence[Path]) -> list[Path]:
-    for directory in repros_dirs:
-        check_path("--repros-dir", Path(directory))
-        if not Path(directory).is_dir():
-            raise UserError(directory, "--repros-dir", "is not a directory", "pass the directory of your repro files")
-    return [Path(d).resolve() for d in repros_dirs]
-
-
-def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[Matrix, Discovery]:
-    """The matrix and the repros it can name (built-in, ``--repros-dir``, the matrix's ``repros_dirs``
-    and ``$FT_REGRESS_REPROS``)."""
-    given = check_repros_dirs(repros_dirs)
-    path = find_matrix(matrix, cwd)
-    discovery = discover([*given, *declared_repros_dirs(path)])
-    return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
+def parse_pins(texts: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--pin PKG==VER`` (repeatable): each a canonical name and a version specifier."""
+    pins = []
+    for text in texts or ():
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            raise UserError("--pin", text, "is not a requirement", "write it like deepspeed==0.19.5") from None
+        if req.marker or req.extras or req.url or not str(req.specifier):
+            raise UserError("--pin", text, "must be a name and a version specifier only", "write it like peft==0.21.2")
+        pins.append((canonicalize_name(req.name), str(req.specifier)))
+    return tuple(pins)
 
 
 def cache_dir(value: Path | None, for_writing: bool = False) -> Path:
@@ -395,92 +375,107 @@ def cache_dir(value: Path | None, for_writing: bool = False) -> Path:
     return path.resolve()
 
 
-def executor_fields(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``--executor`` and its options, checked: a cluster executor's package is installed, and an
-    option of one executor is not given to another."""
-    name = values.get("executor") or "local"
-    if name in NEEDS:
-        package, extra = NEEDS[name]
-        try:
-            __import__(package)
-        except ImportError:
-            raise UserError(
-                "--executor",
-                name,
-                f"needs the '{package}' package, which is not installed",
-                f"pip install 'ft-regress[{extra}]' (or: pip install {package})",
-            ) from None
-    if values.get("ray_address") and name != "ray":
-        raise UserError("--ray-address", values["ray_address"], "is for --executor ray", "add --executor ray")
-    for option, flag in (("slurm_folder", "--slurm-folder"), ("slurm_param", "--slurm-param")):
-        if values.get(option) and name != "slurm":
-            raise UserError(flag, str(values[option]), "is for --executor slurm", "add --executor slurm")
+def cache_choice(values: Mapping[str, Any], for_writing: bool = True) -> CacheChoice:
+    given = values.get("cache_dir")
+    return CacheChoice(
+        cache_dir=Path(given).expanduser().resolve() if given is not None else None,
+        cache_max_gb=values.get("cache_max_gb"),
+        resolved=cache_dir(given, for_writing=for_writing),
+    )
+
+
+def stack_choice(values: Mapping[str, Any]) -> StackChoice:
+    """``--pin``, ``--as-of``, ``--model``, ``--world-size`` and ``--family``."""
+    if values.get("world_size") == 0:
+        raise UserError("--world-size", "0", "launches no rank", "pass 1 or more (the number of ranks of each item)")
+    return StackChoice(
+        pins=parse_pins(values.get("pin")),
+        as_of=values.get("as_of"),
+        model=values.get("model"),
+        world_size=values.get("world_size"),
+        families=csv(values.get("family")),
+    )
+
+
+def executor_choice(values: Mapping[str, Any], base: ExecutorChoice | None = None) -> ExecutorChoice:
+    """``--executor`` and its options, ``--launcher`` and ``--jobs``, over ``base`` (a resumed run's)
+    where given; checked before anything runs (``harness.pipeline.executors.check_choice``): the
+    executor's package is installed, an option of one executor is not given to another, a cluster
+    answers."""
+    base = base or ExecutorChoice(launcher=default_launcher())
+    name = values.get("executor") or base.name
+    changes: dict[str, object] = {"name": name}
+    if values.get("ray_address"):
+        changes["ray_address"] = values["ray_address"]
+    if values.get("slurm_folder"):
+        changes["slurm_folder"] = Path(values["slurm_folder"]).resolve()
     parameters = []
     for entry in csv(values.get("slurm_param")):
         key, sep, value = entry.partition("=")
         if not sep or not key.strip():
             raise UserError("--slurm-param", entry, "is not NAME=VALUE", "e.g. --slurm-param slurm_partition=gpu")
         parameters.append((key.strip(), value.strip()))
-    folder = values.get("slurm_folder")
-    fields = {
-        "executor": name,
-        "ray_address": values.get("ray_address"),
-        "slurm_folder": Path(folder).resolve() if folder else None,
-        "slurm_parameters": tuple(parameters),
-    }
-    check = CHECKS.get(name)
-    if check is not None:
-        check(fields)  # before anything runs: an address nothing answers at, a cluster that is not there
-    return fields
+    if parameters:
+        changes["slurm_parameters"] = tuple(parameters)
+    if values.get("launcher"):
+        changes["launcher"] = values["launcher"]
+    if values.get("jobs") is not None:
+        changes["jobs"] = values["jobs"]
+    choice = base.evolve(**changes)
+    check_choice(choice)
+    return choice
 
 
-def selection(values: Mapping[str, Any], cwd: Path | None = None, **more: Any) -> RunOptions:
-    """``RunOptions`` from option values by destination (the CLI's namespace, or the plugin's)."""
-    repros_dirs = tuple(Path(d).resolve() for d in check_repros_dirs(values.get("repros_dir") or []))
-    if values.get("matrix") is not None:
-        check_path("--matrix", Path(values["matrix"]))
-    if more.get("out_dir") is not None:
-        check_output_dir("--out", Path(more["out_dir"]))
-    if values.get("reports_dir") is not None and more.get("out_dir") is None and values.get("out") is None:
-        check_output_dir("--reports-dir", Path(values["reports_dir"]))  # where the run's directory is made
-    matrix, discovery = load(values.get("matrix"), repros_dirs, cwd)
-    given_cache = values.get("cache_dir")
-    fields: dict[str, Any] = {
-        "matrix": matrix,
-        "discovery": discovery,
-        "lane": values.get("lane"),
-        "cells": csv(values.get("cells")),
-        "repros": csv(values.get("repros")),
-        "modes": csv(values.get("modes")) or MODES,
-        "cache_dir": cache_dir(given_cache, for_writing=True),
-        "cache_dir_given": given_cache is not None,
-        "cache_max_gb": values.get("cache_max_gb"),
-        "repros_dirs": repros_dirs,
-    }
-    fields["model"] = values.get("model")
-    if values.get("world_size") == 0:
-        raise UserError("--world-size", "0", "launches no rank", "pass 1 or more (the number of ranks of each item)")
-    fields["world_size"] = values.get("world_size")
-    fields["families"] = csv(values.get("family"))
-    for family in fields["families"]:
-        if family not in FAMILIES:
-            raise UserError("--family", family, "unknown model family", f"use one of: {', '.join(FAMILIES)}")
-    fields["launcher"] = values.get("launcher") or default_launcher()
-    fields["jobs"] = 1 if values.get("jobs") is None else values["jobs"]
-    fields.update(executor_fields(values))
-    fields["reruns"] = values.get("reruns") or 0
-    fields["as_of"] = values.get("as_of")
+def attempt_policy(values: Mapping[str, Any], base: AttemptPolicy | None = None) -> AttemptPolicy:
+    """``--repeat`` and ``--reruns``, over ``base`` (a resumed run's) where given."""
     if values.get("repeat") == 0:
         raise UserError("--repeat", "0", "runs nothing", "pass 1 or more (the number of times each item runs)")
-    fields["repeat"] = values.get("repeat") or 1
-    if fields["reruns"] and fields["repeat"] > 1:
-        raise UserError(
-            "--repeat",
-            str(fields["repeat"]),
-            "cannot be combined with --reruns",
-            "--repeat runs every item N times; --reruns runs again only what contradicts its expectation: give one",
-        )
+    base = base or AttemptPolicy()
+    repeat = values.get("repeat")
+    reruns = values.get("reruns")
+    return AttemptPolicy(
+        repeat=base.repeat if repeat is None else repeat, reruns=base.reruns if reruns is None else reruns
+    )
+
+
+def selection(values: Mapping[str, Any], cwd: Path | None = None, **fields: Any) -> RunOptions:
+    """``RunOptions`` from option values by destination (the CLI's namespace, or the plugin's): each
+    concern parsed once, here. ``fields``: what a command sets itself (``out_dir``, ``explore``...)."""
+    if values.get("matrix") is not None:
+        check_path("--matrix", Path(values["matrix"]))
+    out_dir = fields.get("out_dir")
+    if out_dir is not None:
+        check_output_dir("--out", Path(out_dir))
+    if values.get("reports_dir") is not None and out_dir is None and values.get("out") is None:
+        check_output_dir("--reports-dir", Path(values["reports_dir"]))  # where the run's directory is made
+    repros_dirs = tuple(check_repros_dirs(values.get("repros_dir") or []))
+    matrix, discovery = load(values.get("matrix"), repros_dirs, cwd)
+    chosen = Selection(
+        lane=values.get("lane"),
+        cells=csv(values.get("cells")),
+        repros=csv(values.get("repros")),
+        modes=csv(values.get("modes")) or MODES,
+        repros_dirs=repros_dirs,
+        shard=parse_shard(values["shard"]) if values.get("shard") is not None else None,
+    )
     if values.get("reports_dir") is not None:
-        fields["reports_dir"] = values["reports_dir"]
-    fields.update(more)
-    return RunOptions(**fields)
+        fields.setdefault("reports_dir", Path(values["reports_dir"]))
+    return RunOptions(
+        matrix=matrix,
+        discovery=discovery,
+        selection=chosen,
+        stack=stack_choice(values),
+        executor=executor_choice(values),
+        attempts=attempt_policy(values),
+        cache=cache_choice(values),
+        **fields,
+    )
+
+
+#: The options of each concern (``harness/planning/run_options.py``), for the verbs that take a whole one.
+SELECTION_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir")
+#: What chose a run's stack (``StackChoice``): every verb whose items a rerun command names takes them all.
+STACK_OPTIONS = ("pin", "as_of", "model", "world_size", "family")
+EXECUTOR_OPTIONS = ("executor", "ray_address", "slurm_folder", "slurm_param", "launcher", "jobs")
+ATTEMPT_OPTIONS = ("repeat", "reruns")
+CACHE_OPTIONS = ("cache_dir", "cache_max_gb")

@@ -6,7 +6,7 @@ every lane must run (``include``: the documented scenarios), how a lane covers t
 (``coverage``: ``pairwise`` or ``product``; ``harness/planning/grid.py`` makes the combinations),
 and what is expected of a combination (``expect``: rules over axis values, package versions, the
 device kind and the model family, each with the command that established it;
-``harness/analysis/grid.py`` judges records by them).
+``harness/workflows/grid.py`` judges records by them).
 """
 
 from __future__ import annotations

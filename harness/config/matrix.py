@@ -26,6 +26,7 @@ from harness.config.model import DEFAULT_PYTHON, DEFAULT_TIMEOUT_S, DEFAULT_WORL
 from harness.config.repros import is_directory
 from harness.config.yaml_safety import load_yaml
 from harness.core.errors import UserError
+from harness.core.json import JsonObject, JsonValue
 from harness.core.names import one_of, unknown_repro_fix
 from harness.environments import DEFAULT_PROVIDER, PROVIDERS, provider_class
 from harness.environments.passthrough import PassthroughProvider
@@ -44,7 +45,7 @@ def _is_echo(error: jsonschema.ValidationError) -> bool:
         return False
     allowed = set(_properties(error))
     if error.validator == "unevaluatedProperties":
-        allowed |= set(_schema()["$defs"]["settings"]["properties"])
+        allowed |= set(_keys(_in_schema("$defs", "settings", "properties")))
     return not (set(error.instance) - allowed)
 
 
@@ -104,17 +105,31 @@ def _pattern(
 MatrixValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, validators={"pattern": _pattern})
 
 
-def _schema() -> dict[str, Any]:
+def _schema() -> JsonObject:
     text = resources.files("harness.config").joinpath("matrix.schema.json").read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    schema: JsonObject = json.loads(text)
     return schema
 
 
-def _properties(error: jsonschema.ValidationError) -> dict[str, Any]:
+def _at(value: JsonValue, *keys: str) -> JsonValue:
+    """What ``value`` holds under ``keys``, one mapping inside another (None where one is missing)."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _in_schema(*keys: str) -> JsonValue:
+    return _at(_schema(), *keys)
+
+
+def _keys(value: JsonValue) -> list[str]:
+    return list(value) if isinstance(value, Mapping) else []
+
+
+def _properties(error: jsonschema.ValidationError) -> list[str]:
     """The properties the failing part of the schema allows."""
-    schema = error.schema if isinstance(error.schema, Mapping) else {}
-    properties = schema.get("properties", {})
-    return dict(properties) if isinstance(properties, Mapping) else {}
+    schema: JsonValue = error.schema if isinstance(error.schema, Mapping) else {}
+    return _keys(_at(schema, "properties"))
 
 
 def _field(path: Iterable[Any]) -> str:
@@ -127,7 +142,7 @@ def _schema_error(path: Path, error: jsonschema.ValidationError) -> UserError:
     if error.validator in ("additionalProperties", "unevaluatedProperties"):
         allowed = sorted(_properties(error))
         if error.validator == "unevaluatedProperties":
-            allowed = sorted({*allowed, *_schema()["$defs"]["settings"]["properties"]})
+            allowed = sorted({*allowed, *_keys(_in_schema("$defs", "settings", "properties"))})
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
         unknown = extra[0] if extra else "?"
         hint = f"allowed keys here: {', '.join(allowed)}" if allowed else MATRIX_FORMAT_HINT
@@ -135,12 +150,12 @@ def _schema_error(path: Path, error: jsonschema.ValidationError) -> UserError:
     if error.validator == "required":
         return UserError(path, field, error.message, f"add it ({MATRIX_FORMAT_HINT})")
     if error.validator == "pattern" or (error.validator == "propertyNames"):
-        settings = _schema()["$defs"]["settings"]["properties"]
-        if error.validator_value == settings["python"]["pattern"]:
+        settings = _in_schema("$defs", "settings", "properties")
+        if error.validator_value == _at(settings, "python", "pattern"):
             return UserError(
                 path, field, f"{error.instance!r} is not a Python version", "write it like '3.11' or '3.11.9'"
             )
-        if error.validator_value == settings["exclude_packages"]["items"]["pattern"]:
+        if error.validator_value == _at(settings, "exclude_packages", "items", "pattern"):
             return UserError(
                 path,
                 field,

@@ -1,5 +1,11 @@
-"""Finds the repros: the built-in ones (the modules of ``repros.catalog``, part of the harness)
+"""Finds the repros: the built-in ones (the modules of ``repros.catalog``, part of the harness),
+those installed packages declare (the ``ft_regress.repros`` entry-point group: ``REPRO_SOURCES``)
 and a user's (the files of ``--repros-dir`` directories and ``$FT_REGRESS_REPROS``).
+
+An installed package names a module under ``ft_regress.repros`` (``[project.entry-points.
+"ft_regress.repros"] my-team = "my_team_repros"``): a package, whose directory's repro files are its
+repros, or one module, one repro. It is found where it is installed without being imported, and its
+files are read like a user's.
 
 A user's repro file never runs inside the orchestrator: each is read by a child process
 (``python -m repros.runtime.describe``) under a time limit, and what comes back is its ``SPEC``
@@ -19,18 +25,21 @@ import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec, PathFinder
+from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 import repros
 import repros.catalog
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.core.names import natural_key
 from harness.core.processes import isolated_environ
 from repros.runtime.kinds import BUILTIN_KIND, KINDS, is_file_ref, kind_of
 from repros.runtime.kinds.base import too_large
+from repros.runtime.registry import Registry
 from repros.runtime.spec import ReproSpec, spec_from_data
 
 REPROS_PATH_ENV = "FT_REGRESS_REPROS"
@@ -45,7 +54,7 @@ class Repro:
     module: str
     kind: str = "module"
     #: What its ranks are sent besides the reference (a script repro's declaration), JSON data.
-    rank_params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    rank_params: JsonObject = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -92,6 +101,49 @@ def is_directory(path: Path) -> bool:
         return False
 
 
+class SourceNotFound(Exception):
+    """An entry point's module is not where its package says."""
+
+
+def locate(point: EntryPoint) -> Path:
+    """The directory (a package) or file (a module) of the module ``point`` names, found the way
+    an import would find it, but without running any of it."""
+    search: list[str] | None = None
+    spec: ModuleSpec | None = None
+    parts = point.module.split(".")
+    for i in range(len(parts)):
+        spec = PathFinder.find_spec(".".join(parts[: i + 1]), search)
+        if spec is None:
+            raise SourceNotFound(f"module {point.module} is not installed where its package says")
+        search = list(spec.submodule_search_locations or [])
+    assert spec is not None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    if spec.origin is None:
+        raise SourceNotFound(f"module {point.module} has no file")
+    return Path(spec.origin)
+
+
+#: Where installed packages' repros are, by entry-point name (read whenever repros are discovered).
+REPRO_SOURCES: Registry[Path] = Registry("repro source", group="ft_regress.repros", load=locate)
+
+
+def installed_files() -> tuple[list[Path], dict[str, BrokenRepro]]:
+    """The repro files of every installed package's entry point; an entry whose module cannot be
+    found is broken, under its name."""
+    files: list[Path] = []
+    broken: dict[str, BrokenRepro] = {}
+    for name in REPRO_SOURCES:
+        try:
+            where = REPRO_SOURCES[name]
+        except (SourceNotFound, ImportError, ValueError) as exc:
+            origin = REPRO_SOURCES.origin(name)
+            broken[name] = BrokenRepro(name, origin, f"its entry point cannot be followed: {exc}")
+            continue
+        files += user_files([where]) if where.is_dir() else [where.resolve()]
+    return files, broken
+
+
 def _builtin() -> Iterable[tuple[str, str]]:
     for info in sorted(pkgutil.iter_modules(repros.catalog.__path__), key=lambda i: natural_key(i.name)):
         if not info.ispkg and not info.name.startswith("_"):
@@ -119,7 +171,7 @@ class Described:
     spec: ReproSpec | None
     kind: str = ""
     reason: str = ""
-    rank_params: dict[str, Any] = field(default_factory=dict)
+    rank_params: JsonObject = field(default_factory=dict)
 
 
 def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Described:
@@ -180,7 +232,7 @@ def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
     found: dict[str, Repro] = {}
     broken: dict[str, BrokenRepro] = {}
 
-    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: dict[str, Any]) -> None:
+    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: JsonObject) -> None:
         unusable = unusable_expectation(spec) if spec is not None else None
         if spec is None or unusable is not None:
             broken[stem] = BrokenRepro(stem, ref, reason or str(unusable))
@@ -196,7 +248,9 @@ def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
             add(stem, ref, None, "", f"cannot be imported: {type(exc).__name__}: {exc}", {})
         else:
             add(stem, ref, loaded.spec, BUILTIN_KIND, "", loaded.rank_params)
-    for path in user_files([*extra_dirs, *user_dirs_from_env()]):
+    installed, unfollowed = installed_files()
+    broken.update(unfollowed)
+    for path in dict.fromkeys([*installed, *user_files([*extra_dirs, *user_dirs_from_env()])]):
         refused = too_large(path)
         if refused is not None:  # not read, here or in a child
             add(path.stem, str(path), None, "", f"{refused.problem}; {refused.fix}", {})

@@ -6,7 +6,8 @@ as it is). The matrix names a cell's provider (``provider:``, default ``uv``). `
 is the one place a run asks for a cell's environment: it asks the cell's provider, keeps the
 answer per cell for the run, turns a failure into the reason the cell's items are
 ``UNRESOLVABLE``, and asks the provider, never which one it is, whether an environment was
-damaged. A new provider is one module plus its line in ``PROVIDERS``.
+damaged. A new provider is one module plus its line in ``PROVIDERS``, or an installed package's entry
+point in the ``ft_regress.providers`` group (``repros/runtime/registry.py``).
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ from harness.environments.index import IndexConfig, pip_index_config
 from harness.environments.integrity import describe
 from harness.environments.passthrough import PassthroughProvider
 from harness.environments.uv import UvEnvironments, UvProvider
+from repros.runtime.registry import Registry
 
 #: The providers a matrix can name, by name.
-PROVIDERS: dict[str, Callable[[ProviderContext], EnvironmentProvider]] = {
-    UvProvider.name: UvProvider,
-    PassthroughProvider.name: PassthroughProvider,
-}
+PROVIDERS: Registry[Callable[[ProviderContext], EnvironmentProvider]] = Registry(
+    "environment provider",
+    {UvProvider.name: UvProvider, PassthroughProvider.name: PassthroughProvider},
+    group="ft_regress.providers",
+)
 DEFAULT_PROVIDER = UvProvider.name
 #: A check that found an environment whole this recently, with no item in it since, stands for the
 #: check before its next item (the one after an item and the one before the next, one walk).

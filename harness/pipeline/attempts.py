@@ -1,5 +1,8 @@
-"""Items run more than once: ``--reruns N`` (an item whose outcome contradicts its expectation
-runs again, up to N times) and ``--repeat N`` (every item runs N times, a flake rate per item).
+"""An item's attempts, kept and told: each attempt's directory set aside with its record, the
+attempts an interrupted run finished taken up again, and the record that tells them all. How many
+attempts an item gets is decided in one place, the item runner (``item_runner.py``): ``--reruns N``
+(an item whose outcome contradicts its expectation runs again, up to N times), ``--repeat N``
+(every item runs N times, a flake rate per item) and a run again after its node was lost.
 
 ``--reruns``:
 
@@ -27,6 +30,8 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+from harness.pipeline.executors.base import ItemJob, ItemLost
+from harness.pipeline.item_records import unobserved_record
 from harness.records.item import (
     MAX_MESSAGE_CHARS,
     Attempt,
@@ -36,6 +41,7 @@ from harness.records.item import (
     error_summary,
     parse_record,
 )
+from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
 
 #: The record of an attempt set aside, in its own directory.
@@ -158,3 +164,37 @@ def repeated(final: ItemRecord, earlier: list[Attempt], final_dir: Path | None) 
         reasons=[said, *final.reasons],
         **fields,
     )
+
+
+def lost_attempt(lost: ItemLost) -> Attempt:
+    """An attempt lost with its node: INFRA, naming the node."""
+    return Attempt(outcome=Outcome.INFRA, error_type=lost.error_type, message=f"node {lost.node}: {lost.reason}")
+
+
+def lost_record(job: ItemJob, lost: list[ItemLost]) -> ItemRecord:
+    """Every attempt was lost with its node: the item is INFRA, each loss named."""
+    last = lost[-1]
+    said = "; ".join(f"attempt {i}: node {e.node}: {e.reason}" for i, e in enumerate(lost, 1))
+    stamp = utc_now()
+    record = unobserved_record(
+        outcome=Outcome.INFRA,
+        error_type=last.error_type,
+        run_id=job.run_id,
+        item=job.item.id,
+        reason=f"the item's node was lost before it finished ({said})",
+        world_size=job.item.world_size,
+        repro_cmd=job.repro_cmd,
+        started_at=stamp,
+        finished_at=stamp,
+        node=last.node,
+    )
+    return record.evolve(attempts=[lost_attempt(e) for e in lost[:-1]]) if len(lost) > 1 else record
+
+
+def after_lost(record: ItemRecord, lost: list[ItemLost]) -> ItemRecord:
+    """The record of the attempt that ran, after attempts lost with their nodes (kept as INFRA)."""
+    nodes = ", ".join(e.node for e in lost)
+    said = f"run again after its node was lost: attempt{'s' if len(lost) > 1 else ''} lost on {nodes} (INFRA)"
+    if record.node:
+        said += f"; this attempt ran on {record.node}"
+    return record.evolve(attempts=[*(lost_attempt(e) for e in lost), *record.attempts], reasons=[*record.reasons, said])

@@ -1,27 +1,25 @@
 """Run planned items through the run's executor (``harness/pipeline/executors``), as many at once
-as it takes, and record each on the main thread as it finishes. An item's attempts (``--repeat``,
-``--reruns``, and a run again after its node was lost) are decided here, whatever the executor.
-A cell's launcher resources (its pre-imported worker) are released once its last item is done."""
+as it takes, each by the item runner (``item_runner.py``, which decides its attempts), and record
+each on the main thread as it finishes. A cell's launcher resources (its pre-imported worker) are
+released once its last item is done."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
 
 from harness.config.repros import Repro
+from harness.core.json import JsonObject
 from harness.environments import Resolved
-from harness.pipeline import attempts as reruns
-from harness.pipeline.executors import Attempted, Executor, ItemJob
-from harness.pipeline.executors.lost import attempt_until_not_lost
+from harness.pipeline.executors import Executor, ItemJob
+from harness.pipeline.item_runner import ItemRunner
 from harness.planning.commands import repro_command
-from harness.planning.items import PlannedItem, RunOptions
-from harness.records.item import Attempt, ItemRecord
+from harness.planning.items import PlannedItem
+from harness.planning.run_options import RunOptions
+from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta
-from repros.runtime.outcomes import Outcome
 
 
 @dataclass
@@ -59,14 +57,10 @@ class Dispatch:
         #: A remote executor's node says how it found a cell's environment: said once per cell.
         self.on_cell = on_cell
         self.cells_seen: set[str] = set()
-        self.stop = threading.Event()
         self.pending: set[Future[ItemRecord | None]] = set()
         self.left_in_cell: dict[str, int] = {}
         self.resolved_of_cell: dict[str, Resolved | None] = {}
-        self._cell_meta: dict[str, CellMeta] = {}
-        #: Items with finished attempts and no record yet: each attempt's directory.
-        self._unrecorded: dict[str, list[str]] = {}
-        self._lock = threading.Lock()
+        self.runner = ItemRunner(executor, opts.attempts, run_dir)
         self.threads = ThreadPoolExecutor(max_workers=executor.in_flight(), thread_name_prefix="item")
 
     def submit(self, items: list[PlannedItem], resolved: Resolved | None, collect: bool = True) -> None:
@@ -77,7 +71,7 @@ class Dispatch:
             item = job.item
             self.left_in_cell[item.cell.name] = self.left_in_cell.get(item.cell.name, 0) + 1
             self.resolved_of_cell[item.cell.name] = resolved
-            future = self.threads.submit(self._observe, job, resolved)
+            future = self.threads.submit(self.runner.run, job, resolved)
             self.futures[future] = (item, resolved)
             self.pending.add(future)
         if collect:
@@ -92,72 +86,26 @@ class Dispatch:
             known=self.known,
         )
 
-    def _observe(self, job: ItemJob, resolved: Resolved | None) -> ItemRecord | None:
-        """The item's record; with ``--repeat``, over every attempt; with ``--reruns``, after running it
-        again while it contradicts its expectation (``harness/pipeline/attempts.py``), every attempt kept;
-        after a lost node, run again (``executors/lost.py``)."""
-        item = job.item
-        item_dir = self.run_dir.item_dir(item.id)
-        # The attempts an interrupted run finished of this item (``--resume``) count: it goes on
-        # from them. What else that run left of it (the attempt it cut short) is removed.
-        earlier = reruns.recover(item_dir)
-        self._kept(item, earlier)
-        with self.executor.place(item) as gpus:
-            while True:
-                if self.stop.is_set():
-                    return None
-                record = self._seen(attempt_until_not_lost(self.executor, job, resolved, gpus))
-                if self.stop.is_set():
-                    return None  # cut short by the stop: not an attempt that finished
-                if self.opts.repeat > 1 and record.outcome != Outcome.UNRESOLVABLE:
-                    if len(earlier) + 1 >= self.opts.repeat:
-                        return reruns.repeated(record, earlier, item_dir if item_dir.exists() else None)
-                    earlier.append(reruns.attempt_summary(record, reruns.set_aside(item_dir, len(earlier) + 1, record)))
-                    self._kept(item, earlier)
-                    continue
-                if len(earlier) >= self.opts.reruns or not reruns.contradicts_expectation(record):
-                    return reruns.with_attempts(record, earlier)
-                earlier.append(reruns.attempt_summary(record, reruns.set_aside(item_dir, len(earlier) + 1, record)))
-                self._kept(item, earlier)
-
-    def _kept(self, item: PlannedItem, earlier: list[Attempt]) -> None:
-        """Note the attempts of an item not recorded yet, each kept with its own record beside the
-        item (``run.json`` names them where the run stops before the item's record is written)."""
-        with self._lock:
-            if earlier:
-                self._unrecorded[item.id.label()] = [str(a.item_dir) for a in earlier]
-
     def unrecorded_attempts(self) -> dict[str, list[str]]:
-        """The finished attempts of items with no record yet, by item: each attempt's directory,
-        holding its record (``attempt.json``). Empty once every item started is recorded."""
-        with self._lock:
-            return {label: list(dirs) for label, dirs in self._unrecorded.items()}
-
-    def _seen(self, attempted: Attempted) -> ItemRecord:
-        record = attempted.record
-        if attempted.cell_meta is not None:
-            with self._lock:
-                self._cell_meta.setdefault(record.cell, attempted.cell_meta)
-        return record
+        """The finished attempts of items with no record yet (``ItemRunner.unrecorded_attempts``)."""
+        return self.runner.unrecorded_attempts()
 
     def collect(self, block: bool) -> None:
         done, _ = wait(self.pending, timeout=0.2 if block else 0, return_when=FIRST_COMPLETED)
-        with self._lock:
-            said = {c: m for c, m in self._cell_meta.items() if c not in self.cells_seen}
-            self.cells_seen.update(said)
+        said = {c: m for c, m in self.runner.cells_seen().items() if c not in self.cells_seen}
+        self.cells_seen.update(said)
         for cell, meta in said.items():
             self.on_cell(cell, meta)
         for future in done:
             self.pending.discard(future)
             item, resolved = self.futures.pop(future)
             record = future.result()
-            if record is None or self.stop.is_set():
+            if record is None or self.runner.stop.is_set():
                 continue
             if self.policy.annotate:
                 record = self.policy.annotate(record)
             self.on_record(record)
-            with self._lock:
-                self._unrecorded.pop(item.id.label(), None)
+            self.runner.recorded(item)
             if self.policy.follow_ups:
                 # Submitted before this item is counted done, so the cell's worker is kept for them.
                 for follow_up in self.policy.follow_ups(item, record):
@@ -174,15 +122,15 @@ class Dispatch:
 
     def abort(self) -> None:
         """Stop: no new item starts, the running ones are killed, their records dropped."""
-        self.stop.set()
+        self.runner.stop.set()
         self.executor.abort()
         self.threads.shutdown(wait=True, cancel_futures=True)
         self.executor.abort()
 
-    def concurrency(self) -> dict[str, Any]:
+    def concurrency(self) -> JsonObject:
         described = self.executor.describe()
         return {
-            "jobs": self.opts.jobs,
+            "jobs": self.opts.executor.jobs,
             **{k: v for k, v in described.items() if k != "name"},
             "executor": described["name"],
         }

@@ -4,8 +4,8 @@ classification say (``ItemRecord`` in ``harness/records/item.py`` is what it is)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from harness.core.json import JsonValue
 from harness.environments import Environment
 from harness.execution.classify import Observation
 from harness.execution.launchers.result import LaunchResult
@@ -15,8 +15,6 @@ from harness.records.rank import RankRecord
 from repros.runtime.context import TRACKED_PACKAGES
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation
-
-JsonValue = Any
 
 
 def tracked_versions(env: Environment | None) -> dict[str, str | None]:

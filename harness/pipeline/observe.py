@@ -1,86 +1,84 @@
-"""One item, observed: launch it in its cell's environment, classify what the ranks recorded,
-compare with the expectation, and return its record. The one way an item is run, by ``run``,
-``bisect``, ``grid`` and the pytest plugin alike."""
+"""One attempt of an item, observed on this machine: launch it in its cell's environment, classify
+what the ranks recorded, compare with the expectation, and return its record.
+
+``observe_item`` has one caller, the local executor's ``attempt`` (``executors/local.py``), which a
+cluster's node runs too (``executors/node.py``). Every command reaches it the same way, through the
+item runner (``item_runner.py``) and the run's executor: ``run``, ``grid``, ``costs``, ``check``,
+``bisect``'s steps, ``watch``'s reruns and the pytest plugin."""
 
 from __future__ import annotations
 
-import datetime as dt
 import shlex
 from collections.abc import Sequence
-from typing import Any
 
 from harness.config.expectations import expectation_for
 from harness.config.matrix import Cell
-from harness.config.repros import BrokenRepro, Repro
+from harness.config.repros import BrokenRepro
+from harness.core.json import JsonObject
 from harness.environments import Environment, Environments, Resolved
 from harness.environments.integrity import describe
 from harness.execution.classify import Observation, classify, classify_scenario
 from harness.execution.launchers import Launcher, LaunchRequest
+from harness.pipeline.executors.base import ItemJob
 from harness.pipeline.item_records import item_device, item_record, unobserved_record, versions_seen
 from harness.planning.items import PlannedItem
 from harness.records.item import ItemId, ItemRecord
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import ReproSpec
-
-JsonValue = Any
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def observe_item(
-    *,
-    run_id: str,
-    item: PlannedItem,
-    repro: Repro,
+    job: ItemJob,
     resolved: Resolved,
     run_dir: RunDir,
     launcher: Launcher,
-    repro_cmd: str,
     gpus: Sequence[str] = (),
     environments: Environments | None = None,
-    known: Sequence[ReproSpec] = (),
 ) -> ItemRecord:
-    """Launch one item and return its record (UNRESOLVABLE where the cell has no environment).
+    """Launch one attempt of ``job`` into ``run_dir`` and return its record (UNRESOLVABLE where the
+    cell has no environment).
 
     With ``environments``, the cell's environment is checked before the item (a damaged one is
     rebuilt first) and after it: an item during which it changed (a repro that edits
     site-packages) is INFRA, naming what changed, never a classified outcome."""
-    if environments is None or resolved.env is None:
-        return _observe(run_id, item, repro, resolved, run_dir, launcher, repro_cmd, gpus, None, known)
-    with environments.ready_for_item(item.cell) as ready:
-        return _observe(run_id, item, repro, ready, run_dir, launcher, repro_cmd, gpus, environments, known)
+    if resolved.env is None:
+        return unresolvable_record(job, resolved.reason)
+    if environments is None:
+        return _observe(job, resolved.env, run_dir, launcher, gpus, None)
+    with environments.ready_for_item(job.item.cell) as ready:
+        if ready.env is None:
+            return unresolvable_record(job, ready.reason)
+        return _observe(job, ready.env, run_dir, launcher, gpus, environments)
+
+
+def unresolvable_record(job: ItemJob, reason: str) -> ItemRecord:
+    """The item's cell has no environment (``reason``): UNRESOLVABLE, nothing launched."""
+    stamp = utc_now()
+    return unobserved_record(
+        outcome=Outcome.UNRESOLVABLE,
+        error_type="EnvironmentUnavailable",
+        run_id=job.run_id,
+        item=job.item.id,
+        reason=reason,
+        world_size=job.item.world_size,
+        repro_cmd=job.repro_cmd,
+        started_at=stamp,
+        finished_at=stamp,
+        **plan_fields(job.item),
+    )
 
 
 def _observe(
-    run_id: str,
-    item: PlannedItem,
-    repro: Repro,
-    resolved: Resolved,
+    job: ItemJob,
+    env: Environment,
     run_dir: RunDir,
     launcher: Launcher,
-    repro_cmd: str,
     gpus: Sequence[str],
     environments: Environments | None,
-    known: Sequence[ReproSpec],
 ) -> ItemRecord:
-    started = now()
-    env = resolved.env
-    if env is None:
-        return unobserved_record(
-            outcome=Outcome.UNRESOLVABLE,
-            error_type="EnvironmentUnavailable",
-            run_id=run_id,
-            item=item.id,
-            reason=resolved.reason,
-            world_size=item.world_size,
-            repro_cmd=repro_cmd,
-            started_at=started,
-            finished_at=now(),
-            **_plan_fields(item),
-        )
+    started = utc_now()
+    item, repro = job.item, job.repro
     item_dir = run_dir.item_dir(item.id)
     request = LaunchRequest(
         env=env,
@@ -103,18 +101,18 @@ def _observe(
         return unobserved_record(
             outcome=Outcome.INFRA,
             error_type=type(exc).__name__,
-            run_id=run_id,
+            run_id=job.run_id,
             item=item.id,
             reason=damage or f"the item could not be started: {type(exc).__name__}: {exc}",
             world_size=item.world_size,
-            repro_cmd=repro_cmd,
+            repro_cmd=job.repro_cmd,
             started_at=started,
-            finished_at=now(),
-            **_plan_fields(item),
+            finished_at=utc_now(),
+            **plan_fields(item),
         )
     if item.runs_as_written:
         own = None if item.scenario is not None else repro.spec
-        observation = classify_scenario(own, launch, known)
+        observation = classify_scenario(own, launch, job.known)
     else:
         observation = classify(item.mode, repro.spec, launch)
     damage = _retire_if_damaged(environments, launcher, env, "while the item ran")
@@ -123,7 +121,7 @@ def _observe(
     # Expectations are looked up by what the ranks imported (the listing's other packages beside).
     versions = {**env.packages, **versions_seen(env, launch)[0]}
     device = item_device(launch) or ("cuda" if gpus else "cpu")
-    launched: dict[str, JsonValue] = {"model": item.cell.model}
+    launched: JsonObject = {"model": item.cell.model}
     if launch.fallback_reason:
         launched["launcher_fallback"] = launch.fallback_reason
     if gpus:
@@ -131,17 +129,17 @@ def _observe(
     if env.repaired:
         launched["environment_repaired"] = env.repaired
     return item_record(
-        run_id=run_id,
+        run_id=job.run_id,
         item=item.id,
         observation=observation,
         expected=expectation_for(repro.spec, item.mode, versions, device, launch.world_size),
         env=env,
         launch=launch,
-        repro_cmd=repro_cmd,
+        repro_cmd=job.repro_cmd,
         item_dir=item_dir,
         started_at=started,
-        finished_at=now(),
-        **_plan_fields(item),
+        finished_at=utc_now(),
+        **plan_fields(item),
         **launched,
     )
 
@@ -161,10 +159,10 @@ def _retire_if_damaged(
     return reason
 
 
-def _plan_fields(item: PlannedItem) -> dict[str, JsonValue]:
+def plan_fields(item: PlannedItem) -> JsonObject:
     """What the plan says about the item: explored, the matrix cell a pinned cell came from, and
     the variant or grid combination it runs."""
-    fields: dict[str, JsonValue] = {"family": item.cell.family}
+    fields: JsonObject = {"family": item.cell.family}
     if item.cell.family_of is not None:
         fields["family_of"] = item.cell.family_of
     if item.explore:
@@ -180,7 +178,7 @@ def _plan_fields(item: PlannedItem) -> dict[str, JsonValue]:
 
 def broken_record(run_id: str, cell: Cell, broken: BrokenRepro) -> ItemRecord:
     """A repro file that cannot be loaded: INFRA in each cell it would have run in."""
-    stamp = now()
+    stamp = utc_now()
     return unobserved_record(
         outcome=Outcome.INFRA,
         error_type="ReproUnloadable",

@@ -1,5 +1,11 @@
-"""The ``run`` pipeline, as small steps: plan the items, open the run directory, get each cell's
-environment, dispatch the items to the launcher, record each as it finishes, finalize.
+"""``run``, as a list of steps (as nox's ``__main__`` runs its tasks): **open** the run directory
+(a new one, or the interrupted run ``--resume`` goes on with) and claim it; **sweep** what dead runs
+left; **begin**: ``run.json`` written, what is left to do said; then, with the stop signals the
+run's, start the run's executor and **dispatch** the items, each cell's as its **environments**
+step makes the cell's environment ready; **finish**: ``run.json`` and the reports written, the exit
+status. What a step needs lives where it belongs: the run's metadata in ``records/run_meta.py``,
+what the run says as it goes in ``reports/progress.py``, the signals in ``signals.py``, an item's
+attempts in ``item_runner.py`` (through ``dispatch.py``).
 
 Every user error is found before anything runs. A cell whose environment cannot be built gives
 UNRESOLVABLE records for its items and the run goes on. Ctrl-C, SIGTERM or SIGHUP (a closed
@@ -17,182 +23,62 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import resource
-import secrets
 import shlex
-import signal
-import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
-from harness import __version__
 from harness.config.matrix import Cell
 from harness.config.repros import BrokenRepro
 from harness.core.errors import EXIT_USAGE, UserError
-from harness.core.invocation import program, program_text
+from harness.core.invocation import program
+from harness.core.json import JsonValue
 from harness.core.text import plain
 from harness.environments import Environments
 from harness.execution.containment import cgroups
 from harness.execution.containment.leftovers import sweep_dead_runs
-from harness.execution.launchers.supervision import WORKER_PACKAGE_DIR
 from harness.execution.scheduler import Machine
 from harness.pipeline.cell_state import cell_meta
 from harness.pipeline.dispatch import Dispatch, ItemPolicy
 from harness.pipeline.environment_stage import EnvironmentStage, ReadyCell, builders_for
 from harness.pipeline.executors import Executor, ExecutorContext, make_executor
-from harness.pipeline.observe import broken_record, now
-from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
-from harness.records.item import ItemRecord, counts_text
-from harness.records.provenance import host_info
+from harness.pipeline.observe import broken_record
+from harness.pipeline.signals import RunInterrupted, stop_signals
+from harness.planning.items import Plan, PlannedItem, plan_items
+from harness.planning.run_options import RunOptions
+from harness.records.item import ItemRecord
 from harness.records.results import ResultsWriteError
 from harness.records.run_dir import RunDir
-from harness.records.run_meta import CellMeta, MatrixRef, RunMeta, StoredOptions
+from harness.records.run_meta import CellMeta, MatrixRef, RunMeta, new_run_id, utc_now
 from harness.reports.finalize import finalize
+from harness.reports.progress import RunProgress
 
 EXIT_INTERRUPTED = 130
 
-JsonValue = Any
-
-
-def new_run_id() -> str:
-    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-
-
-def git_commit() -> str | None:
-    """The harness's own commit, where it runs from a checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=WORKER_PACKAGE_DIR.parent, capture_output=True, text=True, check=False
-        )
-    except OSError:
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def options_record(opts: RunOptions) -> StoredOptions:
-    """What ``run --resume`` needs to plan and run the same items again, the same way."""
-    return StoredOptions(
-        matrix=str(opts.matrix.path),
-        lane=opts.lane,
-        cells=list(opts.cells),
-        repros=list(opts.repros),
-        modes=list(opts.modes),
-        pins=list(opts.pins),
-        repros_dirs=[str(d) for d in opts.repros_dirs],
-        cache_dir=str(opts.cache_dir) if opts.cache_dir_given else None,
-        shard=str(opts.shard) if opts.shard else None,
-        reports_dir=str(opts.reports_dir),
-        launcher=opts.launcher,
-        jobs=opts.jobs,
-        executor=opts.executor,
-        ray_address=opts.ray_address,
-        slurm_folder=str(opts.slurm_folder) if opts.slurm_folder else None,
-        slurm_parameters=list(opts.slurm_parameters),
-        reruns=opts.reruns,
-        repeat=opts.repeat,
-        as_of=opts.as_of,
-        model=opts.model,
-        world_size=opts.world_size,
-        families=list(opts.families),
-        explore=opts.explore,
-    )
-
 
 def start_meta(
-    opts: RunOptions, plan: Plan, run_id: str, environments: Environments, argv: Sequence[str], **more: JsonValue
+    opts: RunOptions, plan: Plan, run_id: str, environments: Environments, argv: Sequence[str], **more: object
 ) -> RunMeta:
-    """``run.json`` as a run (or a pytest session) starts."""
+    """``run.json`` as a run (or a pytest session) starts: its options, its plan, its environments."""
     shard = {"shard": plan.shard} if plan.shard is not None else {}
-    return RunMeta.model_validate(
-        {
-            "run_id": run_id,
-            "started_at": now(),
-            "argv": list(argv),
-            "program": program_text(),
-            "options": options_record(opts),
-            "harness_version": __version__,
-            "git_commit": git_commit(),
-            "matrix": MatrixRef(path=str(opts.matrix.path), sha256=opts.matrix.sha256),
-            "lane": opts.lane or opts.matrix.default_lane,
-            "as_of": opts.as_of,
-            "host": host_info(),
-            "cache_dir": str(environments.cache_dir),
-            "index": environments.index.key_material(),
-            "planned": [i.id.label() for i in plan.items],
-            "excluded": plan.excluded,
-            "broken_repros": {k: v.reason for k, v in opts.discovery.broken.items()},
-            "cells": {},
-            **shard,
-            **more,
-        }
+    return RunMeta.started(
+        run_id,
+        argv,
+        options=opts.stored(),
+        matrix=MatrixRef(path=str(opts.matrix.path), sha256=opts.matrix.sha256),
+        lane=opts.selection.lane or opts.matrix.default_lane,
+        as_of=opts.stack.as_of,
+        cache_dir=str(environments.cache_dir),
+        index=environments.index.key_material(),
+        planned=[i.id.label() for i in plan.items],
+        excluded=plan.excluded,
+        broken_repros={k: v.reason for k, v in opts.discovery.broken.items()},
+        cells={},
+        **shard,
+        **more,
     )
-
-
-def progress_line(record: ItemRecord) -> str:
-    """One line per finished item: outcome against expectation, time, and the error."""
-    if record.matched:
-        mark, against = "✓", f"expected {record.expected}"
-        if record.flaky and record.attempts:
-            first = record.attempts[0].outcome
-            against += f"; flaky: {first} first, matched on attempt {len(record.attempts) + 1}"
-    elif record.is_finding:
-        mark, against = "·", "explored" + (f", expected {record.expected}" if record.expected else "")
-    elif record.expected is None:
-        # Variants and grid combinations carry no expectation: what they observe is the finding.
-        mark, against = "·", "no expectation"
-    else:
-        mark, against = "✗", f"expected {record.expected}"
-    line = f"{mark} {record.id.label()}: {record.outcome} ({against}) {record.wall_s:.1f}s"
-    if record.outcome_counts:
-        line += f" [{counts_text(record.outcome_counts)} of {record.repeat}]"
-    error = record.error
-    if error:
-        message = error.message
-        line += f" - {error.type}: {message[:160]}{'…' if len(message) > 160 else ''}"
-    elif record.reasons:
-        line += f" - {record.reasons[0].splitlines()[0][:160] if record.reasons[0] else ''}"
-    return plain(line)
-
-
-#: A run of at least this many items says where it stands every ``PACE_EVERY_ITEMS`` items or
-#: ``PACE_EVERY_S`` seconds, whichever comes first.
-PACE_MIN_ITEMS = 10
-PACE_EVERY_ITEMS = 10
-PACE_EVERY_S = 60.0
-
-
-def pace_text(done: int, total: int, elapsed_s: float) -> str:
-    """Where a long run stands, for a log without the live bar: items done of the total, the rate so
-    far, and when the rest should be done at that rate."""
-    if done <= 0 or elapsed_s <= 0:
-        return f"{done}/{total}"
-    per_minute = 60 * done / elapsed_s
-    left = max(total - done, 0)
-    eta = left / per_minute * 60 if per_minute else 0.0
-    return f"{done}/{total} · {per_minute:.1f} items/min · ETA {_duration(eta)}"
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 #: Called once a run's reports are written: its records, its run.json, whether it was interrupted;
@@ -200,22 +86,25 @@ def _duration(seconds: float) -> str:
 RunEnding = Callable[[Sequence[ItemRecord], RunMeta, bool], Mapping[str, JsonValue] | None]
 
 
-class RunInterrupted(Exception):
-    """SIGTERM or SIGHUP arrived: stop like on Ctrl-C, keeping what finished."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise RunInterrupted(signal.Signals(signum).name)
-
-
-#: The signals that stop a run like Ctrl-C: ``kill``, a CI job cancelled, a terminal closed.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
 def exit_status(records: Sequence[ItemRecord]) -> int:
     """0 when every observation matched its expectation or was explored (a finding), 1 otherwise:
     a missed expectation, or an explored item that could not run."""
     return 0 if records and not any(r.counts_against for r in records) else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Todo:
+    """What is left to run: the planned items without a record, and the repros that could not be
+    loaded in their cells (an INFRA record each)."""
+
+    items: list[PlannedItem]
+    broken: list[tuple[Cell, BrokenRepro]]
+
+    def by_cell(self) -> dict[str, list[PlannedItem]]:
+        cells: dict[str, list[PlannedItem]] = {}
+        for item in self.items:
+            cells.setdefault(item.cell.name, []).append(item)
+        return cells
 
 
 class RunSession:
@@ -241,8 +130,7 @@ class RunSession:
         self.resume = resume
         self.kind = kind
         self.plan = plan if plan is not None else plan_items(opts)
-        assert opts.cache_dir is not None
-        self.environments = Environments(opts.cache_dir, cache_max_gb=opts.cache_max_gb)
+        self.environments = Environments(opts.cache.path, cache_max_gb=opts.cache.cache_max_gb)
         self.records: list[ItemRecord] = []
         #: Each cell's environment as this run found it (added to ``run.json`` when it is written).
         self.cells: dict[str, CellMeta] = {}
@@ -250,10 +138,45 @@ class RunSession:
         self.write_error: str | None = None
         #: The run's metadata as it stands (a new value at each change; written by ``RunDir``).
         self.meta = RunMeta()
-        #: The run directory, once opened.
+        #: The run directory, once opened, and the run's id.
         self.path: Path | None = None
+        self.run_id = ""
+        #: The run's executor while its items run.
+        self.executor: Executor | None = None
+        #: What the run says while its items run.
+        self.progress: RunProgress | None = None
 
-    def _open(self) -> tuple[RunDir, str]:
+    def _say(self, text: str) -> None:
+        self.console.print(plain(text), highlight=False, markup=False)
+
+    def _doing(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.doing(text)
+
+    def _hung_up(self) -> None:
+        # The terminal is gone: writing to it would fail (EIO) before run.json and the reports say
+        # the run was interrupted. They are what is left to read.
+        self.console.quiet = True
+
+    def execute(self) -> int:
+        """The run, step by step; its exit status (0 all matched, 1 otherwise, 2 when a record could
+        not be written, 130 when interrupted)."""
+        run_dir = self.open()
+        with run_dir.locked():
+            self.claim(run_dir)
+            self.sweep()
+            todo = self.begin(run_dir)
+            with stop_signals(on_hangup=self._hung_up), self.stopping(run_dir):
+                executor = self.start_executor(run_dir)
+                with self.dispatching(run_dir, todo, executor) as dispatch:
+                    self.make_environments_ready(run_dir, todo, dispatch, executor)
+            return self.finish(run_dir)
+
+    # ------------------------------------------------------------------ open, sweep, begin
+
+    def open(self) -> RunDir:
+        """The run directory: a new one and its ``run.json`` as the run starts, or (``--resume``)
+        the interrupted run's, its records so far and its ``run.json`` with this resumption."""
         if self.resume is not None:
             run_dir = RunDir.existing(self.resume)
             meta = run_dir.read_meta(required=True)
@@ -261,39 +184,28 @@ class RunSession:
             for note in records.duplicates:
                 self._say(f"note: {note}")
             self.records = list(records)
-            self.meta = meta.evolve(resumed_at=[*meta.resumed_at, now()])
-            return run_dir, meta.run_id or self.resume.name
-        run_id = new_run_id()
-        run_dir = RunDir.create(self.opts.out_dir or (self.opts.reports_dir / run_id))
-        self.meta = start_meta(self.opts, self.plan, run_id, self.environments, self.argv, kind=self.kind)
-        return run_dir, run_id
-
-    def _on_stop_signal(self, signum: int, frame: object) -> None:
-        if signum == signal.SIGHUP:
-            # The terminal is gone: writing to it would fail (EIO) before run.json and the reports
-            # say the run was interrupted. They are what is left to read.
-            self.console.quiet = True
-        _on_sigterm(signum, frame)
-
-    def _say(self, text: str) -> None:
-        self.console.print(plain(text), highlight=False, markup=False)
-
-    def execute(self) -> int:
-        run_dir, run_id = self._open()
+            self.meta = meta.evolve(resumed_at=[*meta.resumed_at, utc_now()])
+            self.run_id = meta.run_id or self.resume.name
+        else:
+            self.run_id = new_run_id()
+            run_dir = RunDir.create(self.opts.out_dir or (self.opts.reports_dir / self.run_id))
+            self.meta = start_meta(self.opts, self.plan, self.run_id, self.environments, self.argv, kind=self.kind)
         self.path = run_dir.path
-        with run_dir.locked():
-            held = run_dir.held_file()
-            if self.resume is None and held is not None:
-                # Another run got here first (two runs given one --out).
-                raise UserError(
-                    run_dir.path, held, "already holds the results of another run", "choose a new --out directory"
-                )
-            if self.resume is not None:
-                run_dir.remove_partial_writes()  # what the interrupted run's writes left half done
-            self._clean_up_after_dead_runs()
-            return self._execute(run_dir, run_id)
+        return run_dir
 
-    def _clean_up_after_dead_runs(self) -> None:
+    def claim(self, run_dir: RunDir) -> None:
+        """The run directory is this run's (its lock is held): a new run's holds nothing of
+        another's (two runs given one ``--out``); a resumed run's half-done writes are removed."""
+        held = run_dir.held_file()
+        if self.resume is None and held is not None:
+            raise UserError(
+                run_dir.path, held, "already holds the results of another run", "choose a new --out directory"
+            )
+        if self.resume is not None:
+            run_dir.remove_partial_writes()
+
+    def sweep(self) -> None:
+        """What dead runs left (their processes, their ``/dev/shm``) swept, and said."""
         swept = sweep_dead_runs()
         self.meta = self.meta.evolve(isolation=cgroups.describe())
         if swept:
@@ -301,38 +213,33 @@ class RunSession:
             self.meta = self.meta.evolve(swept_at_start=[*earlier, swept.as_record()])
             self._say(swept.describe())
 
-    def _execute(self, run_dir: RunDir, run_id: str) -> int:
+    def begin(self, run_dir: RunDir) -> Todo:
+        """``run.json`` written as the run starts; what is left to do, said."""
         done = {r.key for r in self.records}
-        todo = [i for i in self.plan.items if (i.cell.name, i.repro_id, i.mode) not in done]
-        broken_todo = [(c, b) for c, b in self.plan.broken if (c.name, b.id, "bug") not in done]
+        todo = Todo(
+            [i for i in self.plan.items if (i.cell.name, i.repro_id, i.mode) not in done],
+            [(c, b) for c, b in self.plan.broken if (c.name, b.id, "bug") not in done],
+        )
         self.meta = self.meta.evolve(interrupted=None)
         run_dir.write_meta(self.meta)
         for stem, broken in self.opts.discovery.broken.items():
             self._say(f"repro {stem} ({broken.module}) is broken: {broken.reason}")
-        verb = f"resuming {run_id}: {len(done)} items already done, " if self.resume else f"run {run_id}: "
+        verb = f"resuming {self.run_id}: {len(done)} items already done, " if self.resume else f"run {self.run_id}: "
         if self.plan.shard is not None:
             shard = self.plan.shard
             verb += f"shard {shard.index}/{shard.count} of {len(shard.planned_all)} items: "
-        self._say(f"{verb}{len(todo)} items → {run_dir.path}")
+        self._say(f"{verb}{len(todo.items)} items → {run_dir.path}")
+        return todo
 
-        previous = {
-            signum: signal.signal(signum, self._on_stop_signal)
-            for signum in STOP_SIGNALS
-            # A run started under ``nohup`` asked to outlive its terminal: SIGHUP stays ignored.
-            if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)
-        }
-        # Ctrl-C must interrupt even when the run was started with SIGINT ignored (a
-        # background job of a non-interactive shell inherits it ignored).
-        previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-        executor: Executor | None = None
+    # ------------------------------------------------------------------ the executor, dispatch, environments
+
+    @contextmanager
+    def stopping(self, run_dir: RunDir) -> Iterator[None]:
+        """How the items' span ends short: an interrupt or a record that cannot be written is kept
+        for ``finish`` to say; a usage error met once the run had started (its executor could not
+        start) finishes ``run.json`` with it, then is raised. The executor is closed either way."""
         try:
-            # Made once the stop signals are the run's: a cluster slow to answer is stopped like an
-            # item, and run.json says so.
-            executor = make_executor(
-                self.opts.executor, self._executor_context(run_dir), run_dir, run_id, self.environments
-            )
-            self._say_executor_note(executor)
-            self._run_items(run_dir, run_id, todo, broken_todo, executor)
+            yield
         except KeyboardInterrupt:
             self.interrupted = "SIGINT"
         except RunInterrupted as exc:
@@ -340,60 +247,38 @@ class RunSession:
         except ResultsWriteError as exc:
             self.write_error = str(exc)
         except UserError as exc:
-            self._stopped_by(run_dir, exc)
+            self.meta = self.meta.evolve(finished_at=utc_now(), failed=exc.line())
+            self._write_meta(run_dir)
             raise
         finally:
+            executor, self.executor = self.executor, None
             if executor is not None:
                 executor.close()
                 for name, info in executor.workers().items():
                     found = self.cells.get(name) or self.meta.cells.get(name) or CellMeta()
                     self.cells[name] = found.model_copy(update={"worker": info})
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            signal.signal(signal.SIGINT, previous_int)
-        return self._finish(run_dir)
 
-    def _say_executor_note(self, executor: Executor) -> None:
-        """What the executor says of where items run, where it is not where they were asked to (a
-        Slurm executor on this machine), plainly, as the run starts (``run.json`` keeps it too)."""
-        note = executor.describe().get("note")
+    def start_executor(self, run_dir: RunDir) -> Executor:
+        """The run's executor, made once the stop signals are the run's (a cluster slow to answer is
+        stopped like an item, and ``run.json`` says so); what it says of where items run, where that
+        is not where they were asked to (a Slurm executor on this machine), said as the run starts."""
+        self.executor = make_executor(
+            ExecutorContext(run_dir, self.run_id, self.opts.executor, self.opts.cache, self.environments)
+        )
+        note = self.executor.describe().get("note")
         if note:
             self._say(f"note: {note}")
+        return self.executor
 
-    def _stopped_by(self, run_dir: RunDir, error: UserError) -> None:
-        """A usage error met once the run had started (its executor could not start): ``run.json``
-        is finished with it, never left saying the run is under way."""
-        self.meta = self.meta.evolve(finished_at=now(), failed=error.line())
-        self._write_meta(run_dir)
-
-    def _run_items(
-        self,
-        run_dir: RunDir,
-        run_id: str,
-        todo: list[PlannedItem],
-        broken_todo: list[tuple[Cell, BrokenRepro]],
-        executor: Executor,
-    ) -> None:
-        by_cell: dict[str, list[PlannedItem]] = {}
-        for item in todo:
-            by_cell.setdefault(item.cell.name, []).append(item)
-        with (
-            run_dir.writer() as writer,
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            ) as progress,
-        ):
+    @contextmanager
+    def dispatching(self, run_dir: RunDir, todo: Todo, executor: Executor) -> Iterator[Dispatch]:
+        """Items go to ``executor`` through the ``Dispatch`` yielded; each record is appended to the
+        results as it comes, and said. The repros that could not be loaded get their INFRA records
+        first. On leaving, every item submitted is recorded (or, on an interrupt, stopped)."""
+        with run_dir.writer() as writer, RunProgress(self.console, len(todo.items)) as progress:
+            self.progress = progress
             if writer.repaired is not None:
                 self._say(f"set aside a torn last line of {writer.path} ({len(writer.repaired)} characters)")
-            task = progress.add_task("items", total=len(todo))
-            started = time.monotonic()
-            pace = {"done": 0, "said": started}
 
             def record(item_record: ItemRecord) -> None:
                 writer.append(item_record)
@@ -402,36 +287,25 @@ class RunSession:
                         first_record_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
                     )
                 self.records.append(item_record)
-                progress.advance(task)
-                self._say(progress_line(item_record))
-                # A log has no live bar: every tenth item, or a minute after the last word, where the run stands.
-                pace["done"] += 1
-                now_s = time.monotonic()
-                if (
-                    len(todo) >= PACE_MIN_ITEMS
-                    and pace["done"] < len(todo)
-                    and (pace["done"] % PACE_EVERY_ITEMS == 0 or now_s - pace["said"] >= PACE_EVERY_S)
-                ):
-                    pace["said"] = now_s
-                    self._say(f"progress: {pace_text(int(pace['done']), len(todo), now_s - started)}")
+                progress.finished(item_record)
 
-            def running(count: int) -> None:
-                if count:
-                    progress.update(task, description=f"{count} items queued or running")
-
-            for cell, broken in broken_todo:
-                unloadable = broken_record(run_id, cell, broken)
+            for cell, broken in todo.broken:
+                unloadable = broken_record(self.run_id, cell, broken)
                 writer.append(unloadable)
                 self.records.append(unloadable)
                 self._say(f"✗ {cell.name}/{broken.id}: INFRA ({broken.reason})")
             dispatch = Dispatch(
-                self.opts, run_id, run_dir, executor, record, running, self.policy, on_cell=self._cell_ready(run_dir)
+                self.opts,
+                self.run_id,
+                run_dir,
+                executor,
+                record,
+                progress.running,
+                self.policy,
+                on_cell=self._cell_ready(run_dir),
             )
             try:
-                if executor.builds_environments:
-                    self._dispatch_as_environments_are_ready(run_dir, by_cell, dispatch, executor, progress, task)
-                else:
-                    self._dispatch_to_nodes(by_cell, dispatch)
+                yield dispatch
                 dispatch.drain()
             except BaseException:
                 dispatch.abort()
@@ -442,15 +316,15 @@ class RunSession:
                 if unrecorded or self.meta.unrecorded_attempts:
                     self.meta = self.meta.evolve(unrecorded_attempts=unrecorded)
 
-    def _dispatch_as_environments_are_ready(
-        self,
-        run_dir: RunDir,
-        by_cell: dict[str, list[PlannedItem]],
-        dispatch: Dispatch,
-        executor: Executor,
-        progress: Progress,
-        task: TaskID,
-    ) -> None:
+    def make_environments_ready(self, run_dir: RunDir, todo: Todo, dispatch: Dispatch, executor: Executor) -> None:
+        """Each cell's items dispatched once its environment is ready: made ready here, cell by
+        cell, where the executor runs items on this machine; by each node itself otherwise."""
+        if executor.builds_environments:
+            self._environments_here(run_dir, todo.by_cell(), dispatch)
+        else:
+            self._environments_on_nodes(todo.by_cell(), dispatch)
+
+    def _environments_here(self, run_dir: RunDir, by_cell: dict[str, list[PlannedItem]], dispatch: Dispatch) -> None:
         """Each cell's items as soon as its environment is ready, the environments made ready in the
         background meanwhile (``environment_stage.py``)."""
         cells = [items[0].cell for items in by_cell.values()]
@@ -469,20 +343,20 @@ class RunSession:
             dispatch.submit(by_cell[cell.name], resolved)
             underway = stage.underway()
             if underway:
-                progress.update(task, description=f"environments: {', '.join(underway)}")
+                self._doing(f"environments: {', '.join(underway)}")
 
-        prepare = getattr(executor, "prepare", None)  # optional (``Executor``)
+        prepare = getattr(dispatch.executor, "prepare", None)  # optional (``Executor``)
 
         def on_ready(ready: ReadyCell) -> None:
             if prepare is not None:
                 prepare(ready.resolved, ready.cell.name)
 
         try:
-            stage.dispatch_as_ready(dispatch, items_of, one_at_a_time=self.opts.jobs == 1, on_ready=on_ready)
+            stage.dispatch_as_ready(dispatch, items_of, one_at_a_time=self.opts.executor.jobs == 1, on_ready=on_ready)
         finally:
             self.meta = self.meta.evolve(environment_stage=stage.describe())
 
-    def _dispatch_to_nodes(self, by_cell: dict[str, list[PlannedItem]], dispatch: Dispatch) -> None:
+    def _environments_on_nodes(self, by_cell: dict[str, list[PlannedItem]], dispatch: Dispatch) -> None:
         """Each node makes the cell's environment ready itself (its first item says how), from one lock
         resolved here: every node builds the same packages."""
         for cell_name, items in by_cell.items():
@@ -493,19 +367,6 @@ class RunSession:
                 items = [dataclasses.replace(item, cell=cell) for item in items]
                 self._say(f"{cell_name}: its floating specs resolved to {len(lock)} packages for every node")
             dispatch.submit(items, None)
-
-    def _executor_context(self, run_dir: RunDir) -> ExecutorContext:
-        opts = self.opts
-        return ExecutorContext(
-            run_dir=run_dir.path,
-            node_cache_dir=opts.cache_dir if opts.cache_dir_given else None,
-            cache_max_gb=opts.cache_max_gb,
-            launcher=opts.launcher,
-            jobs=opts.jobs,
-            ray_address=opts.ray_address,
-            slurm_folder=opts.slurm_folder,
-            slurm_parameters=opts.slurm_parameters,
-        )
 
     def _cell_ready(self, run_dir: RunDir) -> Callable[[str, CellMeta], None]:
         """Keep a cell's environment as the run found it (``cells.jsonl`` now, ``run.json`` at the end)."""
@@ -530,8 +391,11 @@ class RunSession:
             message = f"{run_dir.meta_path}: could not be written ({exc.strerror or exc})"
             self.write_error = "; ".join(filter(None, [self.write_error, message]))
 
-    def _finish(self, run_dir: RunDir) -> int:
-        self.meta = self.meta.evolve(finished_at=now(), interrupted=self.interrupted, write_error=self.write_error)
+    # ------------------------------------------------------------------ finish
+
+    def finish(self, run_dir: RunDir) -> int:
+        """``run.json`` finished, the reports written, what the command adds, the exit status."""
+        self.meta = self.meta.evolve(finished_at=utc_now(), interrupted=self.interrupted, write_error=self.write_error)
         self._write_meta(run_dir)
         done = finalize(run_dir)
         if self.on_finished is not None:

@@ -6,80 +6,23 @@ before anything runs. Nothing depends on a cell's name.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from harness.config.matrix import Cell, Matrix
-from harness.config.repros import BrokenRepro, Discovery
+from harness.config.matrix import Cell
+from harness.config.repros import BrokenRepro
 from harness.core.errors import UserError
+from harness.core.json import JsonValue
 from harness.core.names import one_of, unknown_repro_fix
+from harness.planning.run_options import RunOptions
 from harness.planning.shards import Shard, assign, durations_from, shard_meta
 from harness.records.item import ItemId
 from harness.records.run_meta import ExcludedItem, ShardMeta
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES, ReproSpec
-
-JsonValue = Any
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    matrix: Matrix
-    discovery: Discovery
-    lane: str | None = None
-    cells: tuple[str, ...] = ()
-    repros: tuple[str, ...] = ()
-    modes: tuple[str, ...] = MODES
-    out_dir: Path | None = None
-    reports_dir: Path = Path("reports")
-    cache_dir: Path | None = None
-    cache_dir_given: bool = False
-    #: The environment cache's budget (``--cache-max-gb``); None: ``environments/cache.py``'s default.
-    cache_max_gb: float | None = None
-    #: Packages pinned over every selected cell's own spec (``--pin deepspeed==0.19.5``).
-    pins: tuple[tuple[str, str], ...] = ()
-    repros_dirs: tuple[Path, ...] = ()
-    #: Run only this shard of the plan (``--shard I/N``), balanced by ``reports_dir``'s history.
-    shard: Shard | None = None
-    #: The shard's items as first planned (``--resume`` keeps them, whatever the history says now).
-    shard_items: tuple[str, ...] | None = None
-    #: A registered launcher's name (``harness/execution/launchers``): "worker" or "torchrun".
-    launcher: str = "worker"
-    #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit.
-    jobs: int = 1
-    #: Where items run (``harness/pipeline/executors``): "local", "ray" or "slurm".
-    executor: str = "local"
-    #: ``--executor ray``: an existing cluster's address (None: a local cluster for the run).
-    ray_address: str | None = None
-    #: ``--executor slurm``: the folder submitit keeps its jobs' files in (seen by every node).
-    slurm_folder: Path | None = None
-    #: ``--executor slurm``: submitit parameters (``--slurm-param partition=gpu``), name and value.
-    slurm_parameters: tuple[tuple[str, str], ...] = ()
-    #: Run an item again, up to this many times, while its outcome contradicts its expectation
-    #: (``--reruns``): a race upstream (ZeRO-3's gloo gathers before deepspeed 0.19.8) is told from
-    #: a regression, every attempt kept.
-    reruns: int = 0
-    #: Floating specs resolve to what was released before this day (``--as-of YYYY-MM-DD``).
-    as_of: str | None = None
-    #: Run every item this many times (``--repeat``), each attempt recorded; attempts that disagree
-    #: make the item FLAKY, with the count of each outcome.
-    repeat: int = 1
-    #: The test model's size for every selected cell (``--model``), over the cells' own.
-    model: str | None = None
-    #: The ranks every selected cell's items launch with (``--world-size``), over the cells' own.
-    world_size: int | None = None
-    #: The model families to run every selected cell in (``--family``); () : each cell's own family.
-    families: tuple[str, ...] = ()
-    #: Explore (``--explore``): every item's observation is a finding, not checked against an
-    #: expectation. A repro that declares no expectation for a mode is explored in it anyway.
-    explore: bool = False
-    #: After the run, write what was observed back as the repros' expectations (``--save-expectations``).
-    save_expectations: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,27 +76,6 @@ class Plan:
         return len(self.items) + len(self.broken)
 
 
-def pinned_cell(cell: Cell, pins: tuple[tuple[str, str], ...]) -> Cell:
-    """``cell`` with some packages pinned over its own specs; named after its origin."""
-    suffix = "+".join(f"{name}-{spec.lstrip('=<>!~')}" for name, spec in pins)
-    return dataclasses.replace(
-        cell,
-        name=f"{cell.name}+{suffix}",
-        packages={**cell.packages, **dict(pins)},
-        origin=cell.origin or cell.name,
-    )
-
-
-def family_cell(cell: Cell, family: str) -> Cell:
-    """``cell`` training ``family``'s model: itself where that is its own family, else a variant named
-    ``<cell>@<family>`` that keeps the cell's exclusions."""
-    if family not in FAMILIES:
-        raise UserError("--family", family, "unknown model family", f"use one of: {', '.join(FAMILIES)}")
-    if family == cell.family:
-        return cell
-    return dataclasses.replace(cell, name=f"{cell.name}@{family}", family=family, family_of=cell.family_of or cell.name)
-
-
 def family_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
     """Why ``spec`` cannot run in ``cell``'s family, or None: a transformers pinned before the family
     existed, or a failure the family cannot have."""
@@ -173,57 +95,53 @@ def broken_label(cell: Cell, broken: BrokenRepro) -> str:
     return ItemId(cell.name, broken.id, "bug").label()
 
 
-def selected_cells(opts: RunOptions) -> list[Cell]:
-    matrix = opts.matrix
-    if opts.cells:
-        for name in opts.cells:
+def matrix_cells(opts: RunOptions) -> list[Cell]:
+    """The matrix's cells the selection names (``--cells``, ``--lane``, else the default lane), as declared."""
+    matrix, chosen = opts.matrix, opts.selection
+    if chosen.cells:
+        for name in chosen.cells:
             if name not in matrix.cells:
                 raise UserError(matrix.path, "cells", f"no cell named {name!r}", one_of(name, matrix.cells))
-        cells = [matrix.cells[n] for n in opts.cells]
-        if opts.lane:
-            matrix.cells_in_lane(opts.lane)  # an unknown lane is refused, not taken to hold no cell
-            cells = [c for c in cells if opts.lane in c.lanes]
-    else:
-        lane = opts.lane or matrix.default_lane
-        cells = matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
-    if opts.pins:
-        cells = [pinned_cell(c, opts.pins) for c in cells if c.installs_packages]
-        if not cells:
-            pins = " ".join(f"{name}{spec}" for name, spec in opts.pins)
-            held = ", ".join(sorted({f"{c.name} ({c.provider})" for c in unpinnable_cells(opts)})) or "none"
-            raise UserError(
-                "--pin",
-                pins,
-                f"leaves no cell to run: no selected cell installs packages (selected: {held}); a cell of the "
-                "running interpreter takes it as it is",
-                "select cells whose packages uv installs (provider: uv), or drop --pin",
-            )
-    if opts.model:
-        cells = [dataclasses.replace(c, model=opts.model) for c in cells]
-    if opts.world_size:
-        cells = [dataclasses.replace(c, world_size=opts.world_size) for c in cells]
-    if opts.families:
-        cells = [family_cell(c, family) for c in cells for family in opts.families]
-    if opts.as_of:
-        cells = [dataclasses.replace(c, as_of=opts.as_of) for c in cells]
+        cells = [matrix.cells[n] for n in chosen.cells]
+        if chosen.lane:
+            matrix.cells_in_lane(chosen.lane)  # an unknown lane is refused, not taken to hold no cell
+            cells = [c for c in cells if chosen.lane in c.lanes]
+        return cells
+    lane = chosen.lane or matrix.default_lane
+    return matrix.cells_in_lane(lane) if lane else list(matrix.cells.values())
+
+
+def selected_cells(opts: RunOptions) -> list[Cell]:
+    """The selected cells, each as the run's stack choice makes it (``StackChoice.cells``)."""
+    declared = matrix_cells(opts)
+    cells = opts.stack.cells(declared)
+    if opts.stack.pins and not cells:
+        held = ", ".join(sorted({f"{c.name} ({c.provider})" for c in unpinnable_cells(opts)})) or "none"
+        raise UserError(
+            "--pin",
+            opts.stack.pins_text,
+            f"leaves no cell to run: no selected cell installs packages (selected: {held}); a cell of the "
+            "running interpreter takes it as it is",
+            "select cells whose packages uv installs (provider: uv), or drop --pin",
+        )
     return cells
 
 
 def unpinnable_cells(opts: RunOptions) -> list[Cell]:
     """The selected cells ``--pin`` leaves out: those whose provider installs no packages (the
     running interpreter, as it is). Their items are excluded, saying so."""
-    if not opts.pins:
+    if not opts.stack.pins:
         return []
-    saved = dataclasses.replace(opts, pins=(), model=None, families=(), as_of=None)
-    return [c for c in selected_cells(saved) if not c.installs_packages]
+    return [c for c in matrix_cells(opts) if not c.installs_packages]
 
 
 def default_repros(opts: RunOptions) -> tuple[str, ...]:
     """Only what was asked for: ``--repros``, else the matrix's ``repros:``, else the repros of the
     directories named (``--repros-dir``, the matrix's ``repros_dirs``), else () (every repro)."""
-    if opts.repros or opts.matrix.repros:
-        return tuple(opts.repros or opts.matrix.repros or ())
-    named = {Path(d).resolve() for d in (*opts.repros_dirs, *opts.matrix.repros_dirs)}
+    chosen = opts.selection
+    if chosen.repros or opts.matrix.repros:
+        return tuple(chosen.repros or opts.matrix.repros or ())
+    named = {Path(d).resolve() for d in (*chosen.repros_dirs, *opts.matrix.repros_dirs)}
     if not named:
         return ()
 
@@ -237,23 +155,24 @@ def default_repros(opts: RunOptions) -> tuple[str, ...]:
 
 def plan_items(opts: RunOptions) -> Plan:
     known = opts.discovery.repros
-    for wanted in opts.repros:
+    chosen = opts.selection
+    for wanted in chosen.repros:
         if wanted not in known and wanted not in opts.discovery.broken:
             fix = unknown_repro_fix(wanted, [*known, *opts.discovery.broken])
             raise UserError("--repros", wanted, "unknown repro", fix)
     wanted_repros = default_repros(opts)
-    for mode in opts.modes:
+    for mode in chosen.modes:
         if mode not in MODES:
             raise UserError("--modes", mode, "unknown mode", f"use one of: {', '.join(MODES)}")
     plan = Plan()
     # The order asked for with --repros (or the matrix's repros), else by id.
     order = [r for r in wanted_repros if r in known] if wanted_repros else sorted(known)
-    pins = " ".join(f"{name}{spec}" for name, spec in opts.pins)
+    pins = opts.stack.pins_text
     for cell in unpinnable_cells(opts):
         for repro_id in order:
             if cell.repros is not None and repro_id not in cell.repros:
                 continue
-            for mode in (m for m in known[repro_id].spec.modes if m in opts.modes):
+            for mode in (m for m in known[repro_id].spec.modes if m in chosen.modes):
                 why = (
                     f"--pin {pins} cannot change its packages: provider {cell.provider} takes the interpreter as it is"
                 )
@@ -267,7 +186,7 @@ def plan_items(opts: RunOptions) -> Plan:
             if cell.repros is not None and repro_id not in cell.repros:
                 continue
             for mode in repro.spec.modes:
-                if mode not in opts.modes:
+                if mode not in chosen.modes:
                     continue
                 exclusion = opts.matrix.exclusion(cell.family_of or cell.name, repro_id, mode)
                 world_size = repro.spec.world_size or cell.world_size
@@ -281,8 +200,8 @@ def plan_items(opts: RunOptions) -> Plan:
                     continue
                 explore = opts.explore or not any(e.mode == mode for e in repro.spec.expectations)
                 plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size, explore=explore))
-    if opts.shard is not None:
-        _keep_shard(plan, opts, opts.shard)
+    if chosen.shard is not None:
+        _keep_shard(plan, opts, chosen.shard)
     return plan
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
+from harness.core.json import JsonValue
 from repros.runtime.measures import Measure, Quantity, Reduction, measures
 from repros.runtime.outcomes import UNOBSERVED, Outcome
 
@@ -33,8 +34,6 @@ MAX_MESSAGE_CHARS = 2000
 #: The longest traceback a record keeps: its end (the raising frames and the exception), where
 #: the cause of a failure nobody has named yet is read.
 MAX_TRACEBACK_CHARS = 6000
-
-JsonValue = Any
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,7 @@ def _figure_fields(measure: Measure) -> tuple[str, ...]:
     return tuple(fields)
 
 
-def _figure_from_fields(measure: Measure, data: Mapping[str, JsonValue]) -> Figure:
+def _figure_from_fields(measure: Measure, data: Mapping[str, object]) -> Figure:
     raw = data.get(measure.field)
     kind = data.get(measure.kind_field) if measure.kind_field else None
     if measure.reduction is Reduction.MAX_OVER_RANKS:
@@ -268,11 +267,11 @@ class ItemRecord(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _gather_figures(cls, data: JsonValue) -> JsonValue:
+    def _gather_figures(cls, data: object) -> object:
         """On disk each measure has top-level fields: gather them into ``figures``."""
         if not isinstance(data, Mapping) or "figures" in data:
             return data
-        rest = dict(data)
+        rest: dict[str, object] = dict(data)
         figures: dict[str, Figure] = {}
         for measure in measures():
             names = _figure_fields(measure)
@@ -342,12 +341,12 @@ class ItemRecord(BaseModel):
         """The record as it is written: the fields it was built with, figures spread out."""
         return self.model_dump(mode="json", exclude_unset=True)
 
-    def evolve(self, **changes: JsonValue) -> Self:
+    def evolve(self, **changes: object) -> Self:
         """A new record: this one with ``changes``, validated like any record."""
         return type(self).model_validate({**self.as_json(), **_plain(changes)})
 
 
-def _plain(changes: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+def _plain(changes: Mapping[str, object]) -> dict[str, object]:
     return {
         k: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v for k, v in changes.items()
     }

@@ -1,4 +1,5 @@
-"""Where a run ran: the machine's CPU and GPUs, read without importing torch."""
+"""Where a run ran and what ran it: the machine's CPU and GPUs, read without importing torch, and the
+harness's own commit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from harness.core.json import JsonObject
 
 
 def cpu_model() -> str | None:
@@ -44,7 +46,7 @@ def gpus() -> list[dict[str, str]]:
     return found
 
 
-def host_info() -> dict[str, Any]:
+def host_info() -> JsonObject:
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -53,3 +55,16 @@ def host_info() -> dict[str, Any]:
         "gpus": gpus(),
         "python": sys.version.split()[0],
     }
+
+
+#: The checkout the harness runs from, where it does (its ``git`` commit).
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def git_commit() -> str | None:
+    """The harness's own commit, where it runs from a checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from harness.core.json import JsonValue
 from harness.records.item import AppliedGuard
-
-JsonValue = Any
 
 #: A rank's record is a few kilobytes; a file far larger is not one (and is not read whole).
 MAX_RANK_RECORD_BYTES = 64 * 2**20

@@ -9,12 +9,26 @@ harness wrote is kept as written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Self
+import datetime as dt
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-JsonValue = Any
+from harness import __version__
+from harness.core.invocation import program_text
+from harness.core.json import JsonObject, JsonValue
+from harness.records.provenance import git_commit, host_info
+
+
+def new_run_id() -> str:
+    """A run's id: when it started, to the second, and four hex digits (two runs in one second differ)."""
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 class _Meta(BaseModel):
@@ -65,38 +79,6 @@ class CellMeta(_Meta):
     worker: dict[str, JsonValue] | None = None
 
 
-class StoredOptions(_Meta):
-    """What ``run --resume`` needs to plan and run the same items again, the same way."""
-
-    matrix: str
-    lane: str | None = None
-    cells: list[str] = Field(default_factory=list)
-    repros: list[str] = Field(default_factory=list)
-    modes: list[str] = Field(default_factory=list)
-    #: Packages pinned over the cells' own specs: (name, specifier).
-    pins: list[tuple[str, str]] = Field(default_factory=list)
-    repros_dirs: list[str] = Field(default_factory=list)
-    #: The environment cache, where one was given (else the default is found again).
-    cache_dir: str | None = None
-    shard: str | None = None
-    reports_dir: str = "reports"
-    launcher: str | None = None
-    jobs: int = 1
-    #: ``--executor`` and its options (a resumed run goes on where the first one ran).
-    executor: str = "local"
-    ray_address: str | None = None
-    slurm_folder: str | None = None
-    slurm_parameters: list[tuple[str, str]] = Field(default_factory=list)
-    reruns: int = 0
-    repeat: int = 1
-    as_of: str | None = None
-    model: str | None = None
-    world_size: int | None = None
-    #: ``--family``: the model families every selected cell ran in (empty: each cell's own).
-    families: list[str] = Field(default_factory=list)
-    explore: bool = False
-
-
 class ShardMeta(_Meta):
     """``run --shard I/N``: the whole plan and this shard's part, for ``merge`` to check."""
 
@@ -126,7 +108,9 @@ class RunMeta(_Meta):
     unrecorded_attempts: dict[str, list[str]] = Field(default_factory=dict)
     argv: list[str] = Field(default_factory=list)
     program: str = ""
-    options: StoredOptions | None = None
+    #: The run's options, every concern's fields side by side, as ``RunOptions.stored`` writes them
+    #: (``harness/planning/run_options.py``); ``run --resume`` restores them with ``RunOptions.restored``.
+    options: JsonObject | None = None
     harness_version: str | None = None
     git_commit: str | None = None
     matrix: MatrixRef | None = None
@@ -151,12 +135,30 @@ class RunMeta(_Meta):
     first_record_at: str | None = None
     orchestrator_peak_rss_bytes: int | None = None
 
+    @classmethod
+    def started(cls, run_id: str, argv: Sequence[str], **fields: object) -> Self:
+        """``run.json`` as a run (or a pytest session) starts: ``fields`` (its options, its plan,
+        its environments' cache), and where and what it ran from: the time, the program the user
+        ran, the harness's version and commit, the host."""
+        return cls.model_validate(
+            {
+                "run_id": run_id,
+                "started_at": utc_now(),
+                "argv": list(argv),
+                "program": program_text(),
+                "harness_version": __version__,
+                "git_commit": git_commit(),
+                "host": host_info(),
+                **fields,
+            }
+        )
+
     def __contains__(self, item: object) -> bool:
         """``"field" in record`` would compare with pydantic's (name, value) pairs and say False:
         refuse it, so no check passes without checking anything."""
         raise TypeError(f"{type(self).__name__} has attributes, not keys: read the field, or use as_json()")
 
-    def evolve(self, **changes: JsonValue) -> Self:
+    def evolve(self, **changes: object) -> Self:
         """A new value: this one with ``changes``, validated like any read back."""
         plain = {
             k: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v

@@ -2,80 +2,26 @@
 cell, its figures the median over the rounds, priced against the documented scenario in the same
 cell where that trains, else against the fixed trainer (which workaround is cheapest).
 
-An entry is what ``costs.json`` holds (``CostEntry``); it prices three measures, named here once:
-the training's peak memory above its baseline, and CPU and wall time per step.
+An entry is what ``costs.json`` holds (``CostEntry``, ``harness/records/costs.py``); it prices three
+measures, named here once: the training's peak memory above its baseline, and CPU and wall time per step.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 from rich.text import Text
 
+from harness.records.costs import CostEntry, Pricing, Spread
 from harness.records.item import ItemRecord
 from harness.reports.terminal import format_bytes
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import AS_DOCUMENTED, FIXED_TRAINER, ReproSpec
 
-JsonValue = Any
-
 #: The measures a workaround is priced by (``repros/runtime/measures``).
 MEMORY, CPU_TIME, WALL_TIME = "train_peak_mem", "step_cpu_time", "step_time"
-
-
-class Pricing(BaseModel):
-    """An entry's figures as multiples of another's, or why it is not priced."""
-
-    model_config = ConfigDict(frozen=True)
-
-    train_peak_mem_delta_bytes: float | None = None
-    train_peak_mem_ratio: float | None = None
-    step_cpu_time_s_ratio: float | None = None
-    step_time_s_ratio: float | None = None
-    #: Twice the larger interquartile range of CPU time per step, over the base's median.
-    step_cpu_noise_ratio: float | None = None
-    why_not: str | None = None
-
-
-class Spread(BaseModel):
-    """Run to run, over the rounds: (max - min) / median."""
-
-    model_config = ConfigDict(frozen=True)
-
-    train_peak_mem: float | None = None
-    step_cpu_time: float | None = None
-    step_time: float | None = None
-
-
-class CostEntry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    repro: str
-    variant: str
-    cell: str
-    description: str = ""
-    claim: str = ""
-    overrides: dict[str, JsonValue] = Field(default_factory=dict)
-    #: The outcome most rounds had, and every round's.
-    outcome: Outcome
-    outcomes: list[Outcome] = Field(default_factory=list)
-    signature: str | None = None
-    reasons: list[str] = Field(default_factory=list)
-    model: str | None = None
-    versions: dict[str, str | None] = Field(default_factory=dict)
-    rounds: int = 1
-    train_peak_mem_bytes: float | None = None
-    train_peak_mem_kind: str | None = None
-    step_cpu_time_s: float | None = None
-    step_time_s: float | None = None
-    step_cpu_iqr_s: float | None = None
-    spread: Spread = Field(default_factory=Spread)
-    against_documented: Pricing | None = None
-    against_fixed_trainer: Pricing | None = None
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -93,7 +39,7 @@ def _values(records: Sequence[ItemRecord], measure: str) -> list[float]:
     return [f.value for f in (r.figure(measure) for r in records) if f is not None and f.value is not None]
 
 
-def _figures(records: Sequence[ItemRecord]) -> dict[str, JsonValue]:
+def _figures(records: Sequence[ItemRecord]) -> dict[str, object]:
     mems, cpu, wall = _values(records, MEMORY), _values(records, CPU_TIME), _values(records, WALL_TIME)
     cpu_iqr = [f.steps.iqr for f in (r.figure(CPU_TIME) for r in records) if f is not None and f.steps is not None]
     kinds = [f.kind for f in (r.figure(MEMORY) for r in records) if f is not None and f.kind]

@@ -3,7 +3,8 @@
 
 The report writers are registered in ``WRITERS``: each reads the run's records and
 ``run.json`` and writes one file into the run directory. A new report is one module with a
-``write(run: FinishedRun) -> Path`` function, plus its line here.
+``write(run: FinishedRun) -> Path`` function, plus its line here, or an installed package's entry
+point in the ``ft_regress.writers`` group (``repros/runtime/registry.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from harness.records.run_dir import RunDir
 from harness.reports import html as html_report
 from harness.reports import junit
 from harness.reports.finished import FinishedRun
+from repros.runtime.registry import Registry
 
 ReportWriter = Callable[[FinishedRun], Path]
 
 #: Every report a finished run gets, by name (read at each finalize: a writer registered later is used too).
-WRITERS: dict[str, ReportWriter] = {"junit": junit.write, "html": html_report.write}
+WRITERS: Registry[ReportWriter] = Registry(
+    "report writer", {"junit": junit.write, "html": html_report.write}, group="ft_regress.writers"
+)
 
 
 @dataclass(frozen=True)

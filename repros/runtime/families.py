@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from repros.runtime.registry import Registry
+
 #: The family every repro ran on before families existed, and runs on unless an item asks for another.
 DEFAULT_FAMILY = "qwen2"
 
@@ -45,7 +47,7 @@ class Family:
         return dict(self.fused_targets).get(name, name)
 
 
-FAMILIES: dict[str, Family] = {
+_BUILT_IN: dict[str, Family] = {
     f.name: f
     for f in (
         Family(
@@ -104,6 +106,9 @@ FAMILIES: dict[str, Family] = {
         ),
     )
 }
+
+#: Every model family, by name (``repros/runtime/registry.py``).
+FAMILIES: Registry[Family] = Registry("model family", _BUILT_IN)
 
 _current = FAMILIES[DEFAULT_FAMILY]
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repros.runtime.registry import Registry
+
 #: Every linear layer of a decoder layer: what DeepSpeed-Chat's own LoRA converts.
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-AXES: dict[str, dict[str, Mapping[str, Any]]] = {
+_BUILT_IN: dict[str, dict[str, Mapping[str, Any]]] = {
     # ZeRO-3 partitions every parameter (persistence threshold 0), as it does a real model's large ones.
     "engine": {
         "deepspeed-zero2": {"engine": "deepspeed", "zero_stage": 2},
@@ -51,6 +53,8 @@ AXES: dict[str, dict[str, Mapping[str, Any]]] = {
         "sync": {"after_training": "sync", "sync_weights": True},
     },
 }
+#: Every axis, by name, its values each a change to a ``Scenario`` (``repros/runtime/registry.py``).
+AXES: Registry[dict[str, Mapping[str, Any]]] = Registry("config-grid axis", _BUILT_IN)
 AXIS_ORDER = tuple(AXES)
 
 

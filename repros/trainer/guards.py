@@ -162,6 +162,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from repros.runtime.registry import Registry
 from repros.trainer.scenario import Scenario
 from repros.trainer.targets import resolution_changes
 
@@ -508,7 +509,8 @@ def _fsdp2_4bit_float_storage(s: Scenario, v: Versions) -> bool:
     )
 
 
-GUARDS: tuple[GuardRule, ...] = (
+#: The built-in guards, in the order they are chosen (one guard's effect can make the next apply).
+_BUILT_IN: tuple[GuardRule, ...] = (
     GuardRule(
         "use-cache-off",
         "",
@@ -880,7 +882,8 @@ GUARDS: tuple[GuardRule, ...] = (
         lambda v: "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)",
     ),
 )
-_BY_ID = {rule.id: rule for rule in GUARDS}
+#: Every guard, by id, in order (``repros/runtime/registry.py``).
+GUARDS: Registry[GuardRule] = Registry("guard of the fixed trainer", {rule.id: rule for rule in _BUILT_IN})
 
 
 def choose_guards(scenario: Scenario, versions: Versions | None = None) -> list[Guard]:
@@ -888,7 +891,7 @@ def choose_guards(scenario: Scenario, versions: Versions | None = None) -> list[
     versions = versions if versions is not None else installed_versions()
     chosen: list[Guard] = []
     current = scenario
-    for rule in GUARDS:
+    for rule in GUARDS.values():
         if rule.applies(current, versions):
             chosen.append(Guard(rule.id, rule.reason(versions)))
             current = replace(current, **rule.effect)
@@ -905,7 +908,7 @@ def hazard_guards(
     versions = versions if versions is not None else installed_versions()
     return [
         Guard(rule.id, rule.reason(versions))
-        for rule in GUARDS
+        for rule in GUARDS.values()
         if rule.every_mode and rule.works_around != documented and rule.applies(scenario, versions)
     ]
 
@@ -913,5 +916,5 @@ def hazard_guards(
 def apply_guards(scenario: Scenario, guards: list[Guard]) -> Scenario:
     changes: dict[str, Any] = {}
     for guard in guards:
-        changes.update(_BY_ID[guard.id].effect)
+        changes.update(GUARDS[guard.id].effect)
     return replace(scenario, **changes)

@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 
 from harness.analysis.explore.declaration import merge, write_expectations
-from harness.analysis.explore.findings import derive_expectations, findings
 from harness.records.item import ItemRecord, parse_record
 from harness.records.run_meta import CellMeta
+from harness.reports.findings import derive_expectations, findings
 from repros.runtime.kinds.script import normalise, read_declaration
 from repros.runtime.spec import Expectation
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.cli import options
+from harness.core import paths
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.planning.items import plan_items
 
@@ -141,9 +142,9 @@ def test_a_path_that_could_not_be_one_is_refused_in_one_line(tmp_path: Path, arg
 
 def test_an_output_directory_too_deep_for_what_a_run_writes_under_it_is_refused(tmp_path: Path) -> None:
     deep = Path("/tmp", *["z" * 200] * 17)  # a path, but no room below it for a run's files
-    assert len(str(deep)) < options.PATH_MAX
+    assert len(str(deep)) < paths.PATH_MAX
     with pytest.raises(UserError, match="more than a path may be with room"):
-        options.check_output_dir("--out", deep)
+        paths.check_output_dir("--out", deep)
 
 
 @pytest.mark.parametrize("option", ["--cache-dir", "--reports-dir", "--out"])

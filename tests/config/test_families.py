@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.analysis.grid import family_restriction
 from harness.cli import options
 from harness.core.errors import UserError
 from harness.planning.commands import repro_command
 from harness.planning.items import plan_items
+from harness.workflows.grid import family_restriction
 from repros.runtime.families import DEFAULT_FAMILY, FAMILIES, current_family, use_family
 from tests.support.paths import REPO_ROOT
 
@@ -119,7 +119,7 @@ def test_an_unknown_family_is_one_line_naming_the_known_ones(tmp_path: Path) -> 
 
 def test_grid_only_family_selects_cells_not_combinations() -> None:
     assert family_restriction(["engine=ddp", "family=llama,gemma2"]) == (["engine=ddp"], ["llama", "gemma2"])
-    with pytest.raises(UserError, match="unknown family 'bert'"):
+    with pytest.raises(UserError, match="bert: unknown model family"):
         family_restriction(["family=bert"])
     with pytest.raises(UserError, match="names no family"):
         family_restriction(["family="])

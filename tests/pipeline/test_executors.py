@@ -23,10 +23,11 @@ from harness.environments import Resolved
 from harness.pipeline.dispatch import Dispatch
 from harness.pipeline.executors import Attempted, ItemJob, ItemLost
 from harness.pipeline.executors.base import no_placement
-from harness.pipeline.executors.lost import LOST_RETRIES
 from harness.pipeline.executors.node import NodeResult, _pack, unpack_item
 from harness.pipeline.item_records import unobserved_record
+from harness.pipeline.item_runner import LOST_RETRIES
 from harness.planning.items import PlannedItem, plan_items
+from harness.planning.run_options import ExecutorChoice
 from harness.records.item import ItemRecord
 from harness.records.results import read_results
 from harness.records.run_dir import RunDir
@@ -242,7 +243,7 @@ def test_slurm_where_there_is_none_is_refused_never_run_here_in_silence(
     (no_slurm / "srun").write_text("#!/bin/sh\n")
     (no_slurm / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", str(no_slurm))
-    check_options({"slurm_parameters": ()})
+    check_options(ExecutorChoice(executor="slurm"))
 
 
 def test_a_local_ray_cluster_started_for_the_run_runs_the_lane(tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ from harness.environments.index import IndexConfig
 from harness.environments.uv import UvProvider
 from harness.execution.launchers import LaunchRequest
 from harness.execution.launchers.result import LaunchResult
-from harness.pipeline.observe import observe_item
+from harness.pipeline.executors import ExecutorContext, ItemJob
+from harness.pipeline.executors.local import LocalExecutor
 from harness.planning.items import PlannedItem
+from harness.planning.run_options import CacheChoice, ExecutorChoice
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from tests.environments.test_environments import REQUEST, FakeBuilds, site_file
@@ -76,16 +78,9 @@ def observe(
     cell = CELL
     repro = discover().repros["F1"]
     launcher = launcher or DamagingLauncher(damage)
-    record = observe_item(
-        run_id="r",
-        item=PlannedItem(cell, "F1", repro.module, "bug", 2),
-        repro=repro,
-        resolved=envs.for_cell(cell),
-        run_dir=RunDir(tmp_path / "run"),
-        launcher=launcher,
-        repro_cmd="rerun",
-        environments=envs,
-    )
+    context = ExecutorContext(RunDir(tmp_path / "run"), "r", ExecutorChoice(), CacheChoice(), envs)
+    job = ItemJob("r", PlannedItem(cell, "F1", repro.module, "bug", 2), repro, "rerun")
+    record = LocalExecutor(context, launcher=launcher).attempt(job, envs.for_cell(cell), ()).record
     return record, envs, launcher
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.pipeline.session import pace_text
+from harness.reports.progress import pace_text
 
 
 def test_the_pace_says_done_of_total_the_rate_and_the_time_left() -> None:

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from harness.records.results import read_results
-from tests.analysis.test_watch_command import harness as harness_in
 from tests.support import fake_stack
 from tests.support.paths import REPO_ROOT
 from tests.support.report_fixture import records, write_run
+from tests.workflows.test_watch_command import harness as harness_in
 
 STARTED = "2026-11-20T10:00:00+00:00"
 

@@ -95,7 +95,7 @@ def test_a_pin_that_leaves_nothing_to_run_says_why(tmp_path: Path) -> None:
     from harness.cli import options
     from harness.planning.items import plan_items
 
-    opts = options.selection({"matrix": both, "modes": "bug"}, pins=(("peft", "==0.15.0"),))
+    opts = options.selection({"matrix": both, "modes": "bug", "pin": ["peft==0.15.0"]})
     plan = plan_items(opts)
     assert [i.cell.name for i in plan.items] == ["b+peft-0.15.0"]
     (excluded,) = plan.excluded

@@ -3,7 +3,7 @@ previous run) folded into one line, the excluded combinations and the history's 
 folded too, filters by repro, cell, family and outcome, natural order, and a page of 10,000 items
 that stays small (its details are data, made into markup when opened). In a real Chromium where
 there is one: the filters hide what they should, and a link opens a folded item.
-(``python -m harness.analysis.report_scale --items 10000`` prints the time, size and opening time.)"""
+(``python -m harness bench report --items 10000`` prints the time, size and opening time.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.analysis import report_scale
+from benchmarks import report_page as report_scale
 from harness.records.run_dir import RunDir
 from harness.reports import html
 from harness.reports.finished import FinishedRun

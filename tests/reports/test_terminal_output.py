@@ -85,8 +85,8 @@ def test_escape_codes_from_a_run_never_reach_the_terminal_and_merge_can_be_retri
 
 
 def test_progress_line_tells_a_missed_expectation_from_an_item_that_has_none() -> None:
-    from harness.pipeline.session import progress_line
     from harness.records.item import ItemRecord
+    from harness.reports.progress import progress_line
 
     base = {
         "schema_version": 1,

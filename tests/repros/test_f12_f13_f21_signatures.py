@@ -138,7 +138,7 @@ def test_f13_guard_trains_zero2_on_the_affected_releases_only(deepspeed: str, ze
 def test_f13_guard_names_f13() -> None:
     from repros.trainer.guards import GUARDS
 
-    (rule,) = [r for r in GUARDS if r.id == "zero2-for-modules-to-save"]
+    (rule,) = [r for r in GUARDS.values() if r.id == "zero2-for-modules-to-save"]
     assert rule.works_around == "F13" and "F13" in rule.reason(versions(deepspeed="0.19.2"))
 
 

@@ -123,5 +123,5 @@ def test_guard_covers_the_trainers_own_fully_shard_whatever_accelerate_does() ->
 
 
 def test_guard_names_f14() -> None:
-    (rule,) = [r for r in GUARDS if r.id == "bnb-4bit-storage-compute-dtype"]
+    (rule,) = [r for r in GUARDS.values() if r.id == "bnb-4bit-storage-compute-dtype"]
     assert rule.works_around == "F14" and "F14" in rule.reason(versions(torch="2.11.0"))

@@ -81,7 +81,7 @@ def test_guard_turns_dropout_off_only_when_compiled_under_checkpointing() -> Non
         replace(SCENARIO, compile_model=False),
     ):
         assert GUARD not in [g.id for g in choose_guards(other, at)]
-    (rule,) = [r for r in GUARDS if r.id == GUARD]
+    (rule,) = [r for r in GUARDS.values() if r.id == GUARD]
     assert rule.works_around == "F19" and "F19" in rule.reason(at)
 
 

@@ -111,7 +111,7 @@ def test_a_weight_sync_is_merged_first() -> None:
 
 
 def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
-    assert len({rule.id for rule in GUARDS}) == len(GUARDS)
+    assert len({rule.id for rule in GUARDS.values()}) == len(GUARDS)
     v = versions(deepspeed="0.19.2", transformers="4.57.6")
     candidates = [
         (F1_SCENARIO, v),
@@ -160,7 +160,7 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         (F31_SCENARIO, versions(trl="1.6.0")),
         (F32_SCENARIO, versions(transformers="5.0.0")),
     ]
-    for rule in GUARDS:
+    for rule in GUARDS.values():
         where = [(s, at) for s, at in candidates if rule.applies(s, at)]
         assert where, f"{rule.id} applies in none of the scenarios"
         scenario, at = where[0]

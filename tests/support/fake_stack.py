@@ -60,7 +60,7 @@ record = {"rank": rank, "world_size": world, "pid": os.getpid(), "mode": args.mo
 write_rank_record(args.item_dir, rank, record)
 code = 0
 try:
-    ctx = types.SimpleNamespace(rank=rank, world_size=world, mode=args.mode, facts={})
+    ctx = types.SimpleNamespace(rank=rank, world_size=world, mode=args.mode, facts={}, params=json.loads(args.params))
     load_repro(args.module, json.loads(args.params)).run(ctx)
     record["status"] = "ok"
 except BaseException as exc:
@@ -94,6 +94,7 @@ SPEC = ReproSpec(
 
 def run(ctx):
     time.sleep({sleep!r})
+    ctx.facts["params"] = ctx.params  # what the orchestrator told the rank (the model's family, size...)
     behaviour = {behaviour!r}
     if behaviour == "flaky":
         ran = Path(__file__).with_name(".{id}.rank%d.ran" % ctx.rank)

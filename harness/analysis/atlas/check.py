@@ -22,11 +22,11 @@ from harness.analysis.atlas.build import assemble
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.model import ATLAS_FILE, BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
 from harness.analysis.atlas.regions import Where, inside, matching_stack, outside, verdict_of
-from harness.analysis.costs import newest_costs, read_costs
 from harness.analysis.explain.match import cost_lines, guard_lines
 from harness.config.repros import Discovery
 from harness.core.invocation import program_text
 from harness.environments.stacks import Stack
+from harness.records.costs import newest_costs, read_costs
 from harness.reports.cost_table import CostEntry
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import FIXED_TRAINER, ReproSpec

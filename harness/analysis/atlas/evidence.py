@@ -25,13 +25,12 @@ from pydantic import ValidationError
 
 from harness.analysis.atlas.model import ATLAS_FILE, BAD, GOOD, UNOBSERVED, Boundary, Claim, Evidence, read_atlas
 from harness.analysis.atlas.regions import public, verdict_of
-from harness.analysis.bisect.runner import BISECT_FILE, BisectReport
-from harness.analysis.bisect.search import FOUND
-from harness.analysis.costs import COSTS_FILE, read_costs
 from harness.config.repros import Discovery
 from harness.core.errors import UserError
 from harness.core.invocation import program_text
+from harness.records.bisect import BISECT_FILE, FOUND, BisectReport
 from harness.records.changes import CHANGES_FILE, Change, ChangesFileError, read_changes
+from harness.records.costs import COSTS_FILE, read_costs
 from harness.records.item import ItemRecord
 from harness.records.results import read_results
 from harness.records.run_dir import RESULTS_FILE, RunDir

@@ -235,7 +235,7 @@ def _guard_versions(versions: Mapping[str, str]) -> dict[str, Version | None]:
 
 def guard_lines(repro_id: str, versions: Mapping[str, str] | None) -> list[str]:
     lines = []
-    for rule in GUARDS:
+    for rule in GUARDS.values():
         if rule.works_around_failure(repro_id):
             effect = ", ".join(f"{k}={v!r}" for k, v in rule.effect.items())
             why = rule.reason(_guard_versions(versions)) if versions else rule.reason({})

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.costs import newest_costs, read_costs
 from harness.analysis.explain.installed import from_freeze, here
 from harness.analysis.explain.logs import MAX_ERRORS, open_log, scan_log
 from harness.analysis.explain.match import (
@@ -28,6 +27,7 @@ from harness.config.repros import discover
 from harness.core.errors import UserError
 from harness.core.invocation import program_text
 from harness.core.text import plain
+from harness.records.costs import newest_costs, read_costs
 from harness.reports.cost_table import CostEntry
 from repros.runtime.kinds.script import PARAM
 

@@ -15,15 +15,13 @@ import pprint
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from harness.config.expectations import holds
+from harness.core.json import JsonValue
 from repros.runtime.kinds.script import PY_VARIABLE, YAML_SUFFIXES, repro_assignment
 from repros.runtime.spec import Expectation
-
-JsonValue = Any
 
 KEY = "expectations"
 
@@ -40,7 +38,7 @@ def merge(
 
 def as_written(expectations: Sequence[Expectation]) -> list[dict[str, JsonValue]]:
     """Each expectation as the declaration holds it: its empty fields left out, keys in a readable order."""
-    written = []
+    written: list[dict[str, JsonValue]] = []
     for e in expectations:
         fields: dict[str, JsonValue] = {
             "mode": e.mode,

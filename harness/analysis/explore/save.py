@@ -1,7 +1,7 @@
 """``run --save-expectations``: what a run observed, written back as each repro's expectations.
 
 Per repro, the observations become expectations pinned to the versions observed
-(``harness.analysis.explore.findings.derive_expectations``), each with the command that established it; they go
+(``harness.reports.findings.derive_expectations``), each with the command that established it; they go
 first, before the repro's own expectations that none of the observed versions satisfy. A script
 repro's declaration file is edited (``harness.analysis.explore.declaration``); a repro that declares its
 expectations in code gets the ``Expectation(...)`` lines to paste.
@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.analysis.explore.declaration import merge, paste_lines, write_expectations
-from harness.analysis.explore.findings import CellsMeta, derive_expectations
 from harness.config.repros import Discovery
+from harness.planning.commands import selection_command
+from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
+from harness.reports.findings import CellsMeta, derive_expectations
 from repros.runtime.kinds.script import PARAM
 
 
@@ -52,3 +54,15 @@ def save_observed(
             for line in paste_lines(derived.expectations):
                 say(f"    {line}")
     return written
+
+
+def save_run(
+    opts: RunOptions, records: Sequence[ItemRecord], cells_meta: CellsMeta, say: Callable[[str], None]
+) -> None:
+    """``run --save-expectations``, once the run is over: each repro's expectations established by the
+    command that explores its cells again, as this run did."""
+
+    def established_by(repro: str, cells: list[str]) -> str:
+        return selection_command(opts, cells, [repro], "--explore")
+
+    save_observed(records, cells_meta, opts.discovery, established_by, say)

@@ -24,7 +24,6 @@ from harness.analysis.atlas.build import assemble, build_atlas, write_build
 from harness.analysis.atlas.check import UNKNOWN, check_stack, exit_status, load_atlas, where_of
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.model import ATLAS_FILE
-from harness.analysis.atlas.prove import CELL, RUNS_DIR, run_stack, stack_matrix
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.config.repros import Discovery, discover
@@ -33,6 +32,7 @@ from harness.core.names import unknown_repro_fix
 from harness.environments.stacks import Stack, parse_stack_text, read_requirements, stack_here
 from harness.execution.gpu_lease import visible_gpus
 from harness.pipeline.session import EXIT_INTERRUPTED
+from harness.workflows.prove import CELL, RUNS_DIR, run_stack, stack_matrix
 from repros.runtime.families import FAMILIES
 
 ATLAS_DIR = "atlas"

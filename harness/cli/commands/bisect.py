@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from packaging.utils import canonicalize_name
 from rich.console import Console
 
-from harness.analysis.bisect.runner import BisectOptions, execute_bisect
 from harness.cli import options
 from harness.cli.commands.base import Command
+from harness.workflows.bisect.runner import BisectOptions, execute_bisect
 
 
 class BisectCommand(Command):
@@ -50,10 +50,8 @@ class BisectCommand(Command):
         options.add_cli_options(parser, ("executor", "ray_address", "slurm_folder", "slurm_param"))
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
-        matrix, discovery = options.load(args.matrix, args.repros_dir)
         opts = BisectOptions(
-            matrix=matrix,
-            discovery=discovery,
+            run=options.selection(vars(args), out_dir=args.out),
             repro=args.repro,
             mode=args.mode,
             package=canonicalize_name(args.package) if args.package else None,
@@ -61,16 +59,8 @@ class BisectCommand(Command):
             hold=tuple(canonicalize_name(h) for h in args.hold),
             good=args.good,
             bad=args.bad,
-            cache_dir=options.cache_dir(args.cache_dir),
             cell=args.cell,
-            out_dir=args.out,
-            reports_dir=args.reports_dir,
             pre=args.pre,
             verify=args.verify,
-            repros_dirs=tuple(d.resolve() for d in args.repros_dir),
-            as_of=args.as_of,
-            cache_max_gb=args.cache_max_gb,
-            cache_dir_given=args.cache_dir is not None,
-            **options.executor_fields(vars(args)),
         )
         return execute_bisect(opts, console)

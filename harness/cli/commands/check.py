@@ -63,10 +63,10 @@ def check_options(values: Mapping[str, object], out: Path | None, world_size: in
     opts = options.selection(
         {**values, "matrix": CHECK_MATRIX, "cells": [CHECK_CELL], "world_size": world_size}, out_dir=out
     )
-    if opts.repros:
+    if opts.selection.repros:
         return opts
     built_in = tuple(r for r, repro in sorted(opts.discovery.repros.items()) if repro.module.startswith("repros."))
-    return dataclasses.replace(opts, repros=built_in)
+    return dataclasses.replace(opts, selection=opts.selection.evolve(repros=built_in))
 
 
 class CheckCommand(Command):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.costs import run_costs
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
-from harness.pipeline.session import new_run_id
+from harness.records.run_meta import new_run_id
+from harness.workflows.costs import run_costs
 
 
 class CostsCommand(Command):
@@ -22,14 +22,11 @@ class CostsCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         options.add_cli_options(
-            parser, ("matrix", "lane", "cells", "repros", "out", "cache_dir", "launcher", "repros_dir")
+            parser, ("matrix", "lane", "cells", "repros", "out", "cache_dir", "cache_max_gb", "launcher", "repros_dir")
         )
-        parser.add_argument(
-            "--model",
-            choices=("tiny", "small"),
-            default="small",
-            help="the test model's size (default: small, where the costs show)",
-        )
+        # The same stack options as run (every rerun command carries them); --model defaults to small here.
+        options.add_cli_options(parser, options.STACK_OPTIONS)
+        parser.set_defaults(model="small")
         parser.add_argument(
             "--variants",
             type=options.csv,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.grid import run_grid
 from harness.cli import options
 from harness.cli.commands.base import Command
-from harness.pipeline.session import new_run_id
+from harness.records.run_meta import new_run_id
+from harness.workflows.grid import run_grid
 
 
 class GridCommand(Command):
@@ -27,23 +27,8 @@ class GridCommand(Command):
             metavar="AXIS=V1,V2",
             help="restrict an axis to these values (repeatable)",
         )
-        options.add_cli_options(
-            parser,
-            (
-                "model",
-                "family",
-                "out",
-                "jobs",
-                "reports_dir",
-                "cache_dir",
-                "launcher",
-                "executor",
-                "ray_address",
-                "slurm_folder",
-                "slurm_param",
-                "as_of",
-            ),
-        )
+        options.add_cli_options(parser, ("out", "reports_dir", *options.CACHE_OPTIONS))
+        options.add_cli_options(parser, (*options.STACK_OPTIONS, *options.EXECUTOR_OPTIONS))
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         opts = options.selection(vars(args))

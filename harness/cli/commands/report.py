@@ -9,13 +9,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.explore.findings import findings_lines
 from harness.cli.commands.base import Command
 from harness.core.errors import EXIT_USAGE
 from harness.core.text import plain
 from harness.pipeline.session import exit_status
 from harness.records.run_dir import RunDir
 from harness.reports.finalize import finalize
+from harness.reports.findings import findings_lines
 from harness.reports.history import load_history
 from harness.reports.terminal import print_summary
 

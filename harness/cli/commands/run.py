@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from rich.console import Console
 
-from harness.analysis.explore.run_end import run_ending
+from harness.analysis.explore.save import save_run
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
-from harness.pipeline.session import RunSession
-from harness.planning.items import RunOptions, plan_items
-from harness.planning.shards import parse_shard
+from harness.core.text import plain
+from harness.pipeline.session import RunEnding, RunSession
+from harness.planning.items import Plan, plan_items
+from harness.planning.run_options import RunOptions
+from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
+from harness.records.run_meta import RunMeta
+from harness.reports.run_end import print_run_end
 
 #: What a resumed run takes from its run.json; giving any of these with --resume is refused.
 SELECTION_FLAGS = (
@@ -40,19 +43,6 @@ SELECTION_FLAGS = (
 )
 
 
-def parse_pins(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    pins = []
-    for text in texts:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            raise UserError("--pin", text, "is not a requirement", "write it like deepspeed==0.19.5") from None
-        if req.marker or req.extras or req.url or not str(req.specifier):
-            raise UserError("--pin", text, "must be a name and a version specifier only", "write it like peft==0.21.2")
-        pins.append((canonicalize_name(req.name), str(req.specifier)))
-    return tuple(pins)
-
-
 class RunCommand(Command):
     name = "run"
     help = "run a lane (or chosen cells) of the matrix"
@@ -66,24 +56,11 @@ class RunCommand(Command):
             help="finish an interrupted run: plan it as it was and run only the items DIR has no record of "
             "(--launcher, --jobs, --reruns and --repeat may be given again; the selection may not)",
         )
-        options.add_cli_options(parser, ("cache_dir", "cache_max_gb"))
-        parser.add_argument(
-            "--pin",
-            action="append",
-            default=[],
-            metavar="PKG==VER",
-            help="pin a package over the selected cells' own spec (repeatable)",
-        )
-        options.add_cli_options(
-            parser, ("launcher", "jobs", "reruns", "repeat", "model", "world_size", "family", "as_of")
-        )
-        options.add_cli_options(parser, ("executor", "ray_address", "slurm_folder", "slurm_param"))
-        parser.add_argument(
-            "--shard",
-            metavar="I/N",
-            help="run only shard I of N of the planned items, balanced by the durations of the runs in --reports-dir",
-        )
-        options.add_cli_options(parser, ("repros_dir",))
+        options.add_cli_options(parser, options.CACHE_OPTIONS)
+        options.add_cli_options(parser, options.STACK_OPTIONS)
+        options.add_cli_options(parser, options.ATTEMPT_OPTIONS)
+        options.add_cli_options(parser, options.EXECUTOR_OPTIONS)
+        options.add_cli_options(parser, ("shard", "repros_dir"))
         parser.add_argument(
             "--explore",
             action="store_true",
@@ -101,16 +78,25 @@ class RunCommand(Command):
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         if args.resume:
             return execute(resumed_options(args), console, argv, resume=args.resume)
-        shard = parse_shard(args.shard) if args.shard is not None else None
         opts = options.selection(
             vars(args),
             out_dir=args.out,
-            pins=parse_pins(args.pin),
-            shard=shard,
             explore=args.explore or args.save_expectations,
             save_expectations=args.save_expectations,
         )
         return execute(opts, console, argv)
+
+
+def run_ending(opts: RunOptions, plan: Plan, console: Console) -> RunEnding:
+    """How ``run`` ends: its summary (``reports/run_end.py``), then with ``--save-expectations`` what
+    it observed kept as the repros' expectations (``analysis/explore/save.py``)."""
+
+    def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> None:
+        print_run_end(console, records, meta.cells, plan.excluded, saving=opts.save_expectations)
+        if opts.save_expectations and not interrupted:
+            save_run(opts, records, meta.cells, lambda text: console.print(plain(text), highlight=False, markup=False))
+
+    return ended
 
 
 def execute(opts: RunOptions, console: Console, argv: Sequence[str], resume: Path | None = None) -> int:
@@ -121,7 +107,8 @@ def execute(opts: RunOptions, console: Console, argv: Sequence[str], resume: Pat
 
 
 def resumed_options(args: argparse.Namespace) -> RunOptions:
-    """The options of the run in ``--resume DIR``, as its run.json keeps them."""
+    """The options of the run in ``--resume DIR``, as its run.json keeps them (``RunOptions.restored``);
+    where it ran and how many times an item runs may be given again."""
     given = [flag for flag, dest in SELECTION_FLAGS if getattr(args, dest, None) not in (None, [], (), False)]
     # --reports-dir has a default: only a different value counts as given.
     if "--reports-dir" in given and args.reports_dir == Path("reports"):
@@ -135,35 +122,21 @@ def resumed_options(args: argparse.Namespace) -> RunOptions:
     stored = meta.options
     if stored is None:
         raise UserError(run_dir.meta_path, "options", "records no options to resume with", "start a new run instead")
-    values = {
-        "matrix": Path(stored.matrix),
-        "lane": stored.lane,
-        "cells": stored.cells,
-        "repros": stored.repros,
-        "modes": stored.modes,
-        "repros_dir": [Path(d) for d in stored.repros_dirs],
-        "cache_dir": Path(stored.cache_dir) if stored.cache_dir else None,
-        "model": stored.model,
-        "world_size": stored.world_size,
-        "family": ",".join(stored.families) or None,
-        "as_of": stored.as_of,
-        "launcher": args.launcher or stored.launcher,
-        "executor": args.executor or stored.executor,
-        "ray_address": args.ray_address or stored.ray_address,
-        "slurm_folder": args.slurm_folder or stored.slurm_folder,
-        "slurm_param": args.slurm_param or [f"{k}={v}" for k, v in stored.slurm_parameters],
-        "jobs": args.jobs if args.jobs is not None else stored.jobs,
-        "reruns": args.reruns if args.reruns is not None else stored.reruns,
-        "repeat": args.repeat if args.repeat is not None else stored.repeat,
-    }
-    opts = options.selection(
-        values,
+    cache = stored.get("cache_dir")
+    restored = RunOptions.restored(
+        stored,
+        run_dir.meta_path,
+        cache_dir=options.cache_dir(Path(cache) if isinstance(cache, str) else None, for_writing=True),
         out_dir=args.resume,
-        pins=tuple(stored.pins),
-        shard=parse_shard(stored.shard) if stored.shard else None,
         shard_items=tuple(meta.shard.items) if meta.shard else None,
-        reports_dir=Path(stored.reports_dir),
-        explore=stored.explore or args.save_expectations,
+    )
+    values = vars(args)
+    opts = dataclasses.replace(
+        restored,
+        executor=options.executor_choice(values, base=restored.executor),
+        attempts=options.attempt_policy(values, base=restored.attempts),
+        cache=restored.cache.evolve(cache_max_gb=args.cache_max_gb or restored.cache.cache_max_gb),
+        explore=restored.explore or args.save_expectations,
         save_expectations=args.save_expectations,
     )
     if meta.matrix is not None and opts.matrix.sha256 != meta.matrix.sha256:

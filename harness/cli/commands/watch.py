@@ -8,11 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.watch.classify import DEFAULT_CONFIRM
-from harness.analysis.watch.runner import WatchOptions, execute_watch
 from harness.cli import options
 from harness.cli.commands.base import Command
-from harness.cli.commands.run import parse_pins
+from harness.workflows.watch.classify import DEFAULT_CONFIRM
+from harness.workflows.watch.runner import WatchOptions, execute_watch
 
 
 class WatchCommand(Command):
@@ -28,30 +27,9 @@ class WatchCommand(Command):
             help="the previous night's run directory (results.jsonl and run.json)",
         )
         options.add_cli_options(parser, ("matrix", "lane", "cells", "repros", "modes", "out", "reports_dir"))
-        options.add_cli_options(
-            parser,
-            (
-                "cache_dir",
-                "cache_max_gb",
-                "launcher",
-                "executor",
-                "ray_address",
-                "slurm_folder",
-                "slurm_param",
-                "jobs",
-                "model",
-                "as_of",
-                "repros_dir",
-            ),
-        )
-        parser.add_argument(
-            "--pin",
-            action="append",
-            default=[],
-            metavar="PKG==VER",
-            help="pin a package over the selected cells' own spec (repeatable): what would an upgrade change, "
-            "against a run of the current lock given as --previous",
-        )
+        options.add_cli_options(parser, (*options.CACHE_OPTIONS, *options.EXECUTOR_OPTIONS, "repros_dir"))
+        # --pin here asks what an upgrade would change, against a run of the current lock given as --previous.
+        options.add_cli_options(parser, options.STACK_OPTIONS)
         parser.add_argument(
             "--confirm",
             type=options.whole_number("--confirm"),
@@ -76,7 +54,7 @@ class WatchCommand(Command):
         )
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
-        run = options.selection(vars(args), out_dir=args.out, pins=parse_pins(args.pin), explore=False)
+        run = options.selection(vars(args), out_dir=args.out, explore=False)
         opts = WatchOptions(
             run=run,
             previous=args.previous,

@@ -1,7 +1,8 @@
 """Launchers, by name: what starts an item's ranks (see ``base.py`` for the interface).
 
 A new launcher (Slurm, Kubernetes...) is one module with a class that has the ``Launcher``
-methods, plus its line in ``LAUNCHERS``.
+methods, plus its line in ``LAUNCHERS``, or an installed package's entry point in the
+``ft_regress.launchers`` group (``repros/runtime/registry.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from harness.execution.launchers.result import LaunchResult
 from harness.execution.launchers.supervision import groups_in_flight, kill_in_flight
 from harness.execution.launchers.torchrun import TorchrunLauncher
 from harness.execution.launchers.worker import WorkerLauncher
+from repros.runtime.registry import Registry
 
-LAUNCHERS: dict[str, Callable[[LauncherContext], Launcher]] = {
-    "worker": WorkerLauncher,
-    "torchrun": TorchrunLauncher,
-}
+LAUNCHERS: Registry[Callable[[LauncherContext], Launcher]] = Registry(
+    "launcher", {"worker": WorkerLauncher, "torchrun": TorchrunLauncher}, group="ft_regress.launchers"
+)
 #: Chooses the default launcher where no option does (the stand-in test stack fakes torchrun only).
 LAUNCHER_VARIABLE = "FT_REGRESS_LAUNCHER"
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.core.json import JsonObject
 from harness.environments import Environment
 from harness.execution.launchers.result import LaunchResult
 
@@ -70,7 +71,7 @@ class Launcher(Protocol):
         """Every item of a cell using ``env`` has finished: resources kept for it may go."""
         ...
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What ``run.json`` keeps about this launcher's work, by cell name."""
         ...
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.core.json import JsonValue
 from harness.environments import Environment
 from harness.execution.containment.leftovers import in_flight_item
 from harness.execution.containment.processes import TOKEN_VARIABLE, sweep, sweep_session
@@ -61,7 +62,6 @@ READY_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 60.0
 LAUNCHER_RECORD = "launcher.json"
 #: A message of the worker protocol (JSON lines on the worker's stdin and reply pipe).
-JsonValue = Any
 
 
 class WorkerGone(Exception):

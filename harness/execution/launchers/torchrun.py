@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.core.json import JsonObject
 from harness.environments import Environment
 from harness.execution.containment.leftovers import in_flight_item
 from harness.execution.containment.processes import sweep
@@ -174,7 +175,7 @@ class TorchrunLauncher:
     def cell_done(self, env: Environment) -> None:
         pass
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {}
 
     def abort(self) -> None:

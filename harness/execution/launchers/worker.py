@@ -9,8 +9,8 @@ items go to torchrun and each record says why (``launcher_fallback``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from harness.core.json import JsonObject
 from harness.environments import Environment
 from harness.execution.launchers.base import LauncherContext, LaunchRequest
 from harness.execution.launchers.cell_worker import WorkerGone, WorkerPool
@@ -47,8 +47,8 @@ class WorkerLauncher:
     def cell_done(self, env: Environment) -> None:
         self.pool.retire(env)
 
-    def describe(self) -> dict[str, Any]:
-        cells: dict[str, Any] = {name: dataclasses.asdict(info) for name, info in self.pool.started_by_cell().items()}
+    def describe(self) -> JsonObject:
+        cells: JsonObject = {name: dataclasses.asdict(info) for name, info in self.pool.started_by_cell().items()}
         for name, reason in self.pool.unavailable_by_cell().items():
             cells[name] = {"unavailable": reason}
         return cells

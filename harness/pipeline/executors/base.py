@@ -1,18 +1,21 @@
 """The executor interface: where an item's attempt runs.
 
-The run's ``Dispatch`` decides what runs (the plan, ``--repeat``, ``--reruns``, a grid's follow-ups)
-and records every finished item itself; an executor only runs one attempt of one item and hands
-back its record. ``local`` runs it on this machine, under ``--jobs`` and the machine's free cores,
-memory and GPUs. ``ray`` and ``slurm`` hand it to a cluster's own scheduler with the resources the
-item needs, and the node that takes it builds the cell's environment in its own cache and launches
-the ranks exactly as ``local`` does (``node.py``); the record and the item's files come back to the
-orchestrator, which stays the only writer of the run directory.
+The item runner (``harness/pipeline/item_runner.py``) decides how many attempts an item gets
+(``--repeat``, ``--reruns``, a lost node's retry) and the run's ``Dispatch`` records every finished
+item itself; an executor only runs one attempt of one item and hands back its record. ``local`` runs
+it on this machine, under ``--jobs`` and the machine's free cores, memory and GPUs. ``ray`` and
+``slurm`` hand it to a cluster's own scheduler with the resources the item needs, and the node that
+takes it builds the cell's environment in its own cache and launches the ranks exactly as ``local``
+does (``node.py``); the record and the item's files come back to the orchestrator, which stays the
+only writer of the run directory.
 
 An attempt lost with its node (the node died, its worker was killed, the job was preempted) is
-``ItemLost``: never a classified outcome. ``Dispatch`` keeps it as an INFRA attempt naming the
+``ItemLost``: never a classified outcome. The item runner keeps it as an INFRA attempt naming the
 node and runs the item again, elsewhere if the cluster has another node.
 
-Executors are registered by name in ``__init__.py``, like launchers.
+Executors are registered by name in ``EXECUTORS`` (``__init__.py``), or by an installed package
+under the ``ft_regress.executors`` entry-point group: what is registered is the class
+(``ExecutorKind``), made with the run's ``ExecutorContext``.
 """
 
 from __future__ import annotations
@@ -21,16 +24,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from harness.config.repros import Repro
-from harness.environments import Resolved
+from harness.core.json import JsonObject
+from harness.environments import Environments, Resolved
 from harness.planning.items import PlannedItem
+from harness.planning.run_options import CacheChoice, ExecutorChoice
 from harness.records.item import ItemRecord
+from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta
 from repros.runtime.spec import ReproSpec
-
-JsonValue = Any
 
 
 @dataclass(frozen=True)
@@ -71,24 +75,26 @@ class ItemLost(Exception):
 
 @dataclass(frozen=True)
 class ExecutorContext:
-    """What an executor may need from the run."""
+    """What an executor is made with: the run, and where and how its items are to run."""
 
-    #: The run directory's path (item files are written there, by the orchestrator).
-    run_dir: Path
-    #: The cache the nodes build environments in: a shared path the user named (``--cache-dir``), or
-    #: ``None`` for each node's own default cache.
-    node_cache_dir: Path | None
-    cache_max_gb: float | None
-    #: The launcher that starts the ranks (on a node as locally).
-    launcher: str
-    #: ``--jobs`` (local only: a cluster's scheduler decides what fits).
-    jobs: int
-    #: ``--ray-address``: an existing Ray cluster (None: start a local one).
-    ray_address: str | None = None
-    #: Where submitit keeps its jobs' files (slurm): a folder every node and the orchestrator see.
-    slurm_folder: Path | None = None
-    #: Extra submitit parameters (``--slurm-partition`` ...), by name.
-    slurm_parameters: tuple[tuple[str, str], ...] = ()
+    #: The run directory (item files are written there, by the orchestrator).
+    run_dir: RunDir
+    run_id: str
+    #: ``--executor`` and its options, ``--launcher`` (the ranks are started by it, on a node as
+    #: locally) and ``--jobs``.
+    choice: ExecutorChoice
+    #: The environment cache: the nodes build environments in the one the user named
+    #: (``--cache-dir``, a shared path), else in each node's own default one.
+    cache: CacheChoice
+    #: The run's environments, where the orchestrator makes them ready (the local executor).
+    environments: Environments | None = None
+    #: Where the launcher's own logs go (its pre-imported workers'); None: the run directory's
+    #: ``workers/`` (a pytest-xdist worker keeps a folder of its own there).
+    log_dir: Path | None = None
+
+    @property
+    def node_cache_dir(self) -> Path | None:
+        return self.cache.cache_dir
 
 
 class Executor(Protocol):
@@ -119,11 +125,24 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
-    def describe(self) -> dict[str, JsonValue]: ...
+    def describe(self) -> JsonObject: ...
 
-    def workers(self) -> dict[str, JsonValue]:
+    def workers(self) -> JsonObject:
         """What ``run.json`` keeps about the launcher's work, by cell (local: a pre-imported worker)."""
         ...
+
+
+class ExecutorKind(Protocol):
+    """What ``EXECUTORS`` holds: an executor class (or anything shaped like one). ``needs``: the Python
+    package it imports and the extra that installs it (None: nothing beyond the harness); ``check``:
+    what can be known of its options before a run starts (a cluster nothing answers at), a
+    ``UserError`` where it cannot run as asked."""
+
+    needs: tuple[str, str] | None
+
+    def __call__(self, context: ExecutorContext) -> Executor: ...
+
+    def check(self, choice: ExecutorChoice) -> None: ...
 
 
 @contextmanager

@@ -3,9 +3,10 @@
 The node makes the cell's environment ready in its own cache (or the shared one the user named:
 ``--cache-dir``), keyed as locally, so a cell's environment is built once per node and reused by
 every item of it there; a lock per environment keeps two items on one node from building it twice.
-The ranks are launched on the node exactly as locally (the run's launcher, ``observe_item``), into
-a scratch run directory of the node's own; the item's directory comes back packed with the record,
-and the orchestrator unpacks it into the run directory (``unpack_item``): it alone writes there.
+The ranks are launched on the node exactly as locally: the local executor's attempt, with the
+node's launcher and environments, into a scratch run directory of the node's own; the item's
+directory comes back packed with the record, and the orchestrator unpacks it into the run
+directory (``unpack_item``): it alone writes there.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from harness.environments.base import default_cache_dir
 from harness.execution.gpu_lease import visible_gpus
 from harness.execution.launchers import Launcher, LauncherContext, make_launcher
 from harness.pipeline.cell_state import cell_meta
-from harness.pipeline.executors.base import Attempted, ItemJob
-from harness.pipeline.observe import observe_item
+from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob
+from harness.pipeline.executors.local import LocalExecutor
+from harness.planning.run_options import CacheChoice, ExecutorChoice
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 
@@ -46,6 +48,11 @@ class NodeSettings:
     launcher: str
     cache_dir: Path | None = None
     cache_max_gb: float | None = None
+
+    @classmethod
+    def of(cls, context: ExecutorContext) -> NodeSettings:
+        """The nodes' settings for a run: its launcher, and the cache the user named (else each node's own)."""
+        return cls(context.choice.launcher, context.node_cache_dir, context.cache.cache_max_gb)
 
 
 @dataclass(frozen=True)
@@ -127,18 +134,15 @@ def run_on_node(
     scratch = Path(tempfile.mkdtemp(prefix=f"{job.run_id}-", dir=state.scratch))
     try:
         run_dir = RunDir(scratch)
-        record = observe_item(
-            run_id=job.run_id,
-            item=job.item,
-            repro=job.repro,
-            resolved=resolved,
+        context = ExecutorContext(
             run_dir=run_dir,
-            launcher=state.launcher,
-            repro_cmd=job.repro_cmd,
-            gpus=list(visible_gpus()) if gpus is None else list(gpus),
+            run_id=job.run_id,
+            choice=ExecutorChoice(launcher=settings.launcher),
+            cache=CacheChoice(cache_dir=settings.cache_dir, cache_max_gb=settings.cache_max_gb),
             environments=state.environments,
-            known=job.known,
         )
+        here_gpus = list(visible_gpus()) if gpus is None else list(gpus)
+        record = LocalExecutor(context, launcher=state.launcher).attempt(job, resolved, here_gpus).record
         record = record.evolve(node=here)
         packed = _pack(run_dir.item_dir(job.item.id))
         return NodeResult(Attempted(record, cell_meta(job.item.cell, resolved), here), packed)

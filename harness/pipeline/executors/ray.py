@@ -30,16 +30,17 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
 from harness.planning.items import PlannedItem
-from harness.records.run_dir import RunDir
+from harness.planning.run_options import ExecutorChoice
 
 #: Ray's namespace for the run's actors (a test finds the tracker there).
 NAMESPACE = "ft-regress"
@@ -88,10 +89,10 @@ def check_address(address: str) -> None:
         ) from None
 
 
-def check_options(options: Mapping[str, Any]) -> None:
+def check_options(choice: ExecutorChoice) -> None:
     """What can be known of ``--executor ray`` before a run starts: its address answers."""
-    if options.get("ray_address"):
-        check_address(str(options["ray_address"]))
+    if choice.ray_address:
+        check_address(choice.ray_address)
 
 
 class _NotMainThread(logging.Filter):
@@ -197,8 +198,14 @@ def _attempt_on_node(job: ItemJob, settings: NodeSettings, tracker: Any, attempt
 class RayExecutor:
     name = "ray"
     builds_environments = False
+    needs: tuple[str, str] | None = ("ray", "ray")
 
-    def __init__(self, context: ExecutorContext, run_dir: RunDir, run_id: str) -> None:
+    @classmethod
+    def check(cls, choice: ExecutorChoice) -> None:
+        check_options(choice)
+
+    def __init__(self, context: ExecutorContext) -> None:
+        run_dir, run_id = context.run_dir, context.run_id
         for name, value in LOOPBACK.items():
             os.environ.setdefault(name, value)
         import ray
@@ -208,11 +215,11 @@ class RayExecutor:
         self.context = context
         self.run_dir = run_dir
         self.run_id = run_id
-        self.started_cluster = context.ray_address is None
+        self.started_cluster = context.choice.ray_address is None
         if not ray.is_initialized():
             init: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "include_dashboard": False}
-            if context.ray_address is not None:
-                _connect(ray, {**init, "address": context.ray_address}, context.ray_address)
+            if context.choice.ray_address is not None:
+                _connect(ray, {**init, "address": context.choice.ray_address}, context.choice.ray_address)
             else:
                 _start_local(ray, init)
         here = ray.get_runtime_context().get_node_id()
@@ -227,9 +234,7 @@ class RayExecutor:
             .remote()
         )
         self.task = ray.remote(max_retries=0, retry_exceptions=False)(_attempt_on_node)
-        self.settings = NodeSettings(
-            launcher=context.launcher, cache_dir=context.node_cache_dir, cache_max_gb=context.cache_max_gb
-        )
+        self.settings = NodeSettings.of(context)
         self._refs: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.nodes_used: set[str] = set()
@@ -305,14 +310,14 @@ class RayExecutor:
             pass
         self.ray.shutdown()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "name": self.name,
-            "address": self.context.ray_address or "a local cluster started for the run",
+            "address": self.context.choice.ray_address or "a local cluster started for the run",
             "nodes_used": sorted(self.nodes_used),
             "attempts": self.attempts,
             "lost": self.lost,
         }
 
-    def workers(self) -> dict[str, Any]:
+    def workers(self) -> JsonObject:
         return {}

@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import UserError
+from harness.core.json import JsonObject
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
 from harness.planning.items import PlannedItem
-from harness.records.run_dir import RunDir
+from harness.planning.run_options import ExecutorChoice
 
 #: Items waited on at once on a real cluster (Slurm queues the rest; ``slurm_array_parallelism`` limits them).
 MOST_IN_FLIGHT = 512
@@ -52,10 +53,10 @@ POLL_S = 2.0
 OWN_PARAMETERS = ("cluster", "gpu")
 
 
-def check_options(options: Mapping[str, Any]) -> None:
+def check_options(choice: ExecutorChoice) -> None:
     """``--executor slurm`` where submitit finds no Slurm (no ``srun`` on PATH) and ``cluster`` is
     not named: refused in one line, never run on this machine without a word."""
-    named = dict(options.get("slurm_parameters") or ()).get("cluster")
+    named = dict(choice.slurm_parameters).get("cluster")
     if named:
         return
     import submitit
@@ -109,26 +110,30 @@ def _value(text: str) -> Any:
 class SlurmExecutor:
     name = "slurm"
     builds_environments = False
+    needs: tuple[str, str] | None = ("submitit", "slurm")
 
-    def __init__(self, context: ExecutorContext, run_dir: RunDir, run_id: str) -> None:
+    @classmethod
+    def check(cls, choice: ExecutorChoice) -> None:
+        check_options(choice)
+
+    def __init__(self, context: ExecutorContext) -> None:
+        run_dir = context.run_dir
         import submitit
 
         self.submitit: Any = submitit
         self.context = context
         self.run_dir = run_dir
-        parameters = {k: _value(v) for k, v in context.slurm_parameters}
+        parameters = {k: _value(v) for k, v in context.choice.slurm_parameters}
         cluster = parameters.pop("cluster", None)
         self.gpu = str(parameters.pop("gpu", "false")).lower() in ("1", "true", "yes")
         parameters.setdefault("timeout_min", DEFAULT_TIMEOUT_MIN)
         self.parameters = parameters
-        self.folder = (context.slurm_folder or run_dir.path / "slurm").resolve()
+        self.folder = (context.choice.slurm_folder or run_dir.path / "slurm").resolve()
         self.markers = self.folder / "nodes"
         self.markers.mkdir(parents=True, exist_ok=True)
         self.executor: Any = submitit.AutoExecutor(folder=self.folder / "%j", cluster=cluster)
         self.cluster: str = self.executor.cluster
-        self.settings = NodeSettings(
-            launcher=context.launcher, cache_dir=context.node_cache_dir, cache_max_gb=context.cache_max_gb
-        )
+        self.settings = NodeSettings.of(context)
         self._submitting = threading.Lock()
         self._lock = threading.Lock()
         #: The job each item's first attempt was submitted as (with its cell's array).
@@ -145,7 +150,7 @@ class SlurmExecutor:
         return self.cluster != "local"
 
     def in_flight(self) -> int:
-        return MOST_IN_FLIGHT if self.arrays else max(1, self.context.jobs or 1)
+        return MOST_IN_FLIGHT if self.arrays else max(1, self.context.choice.jobs or 1)
 
     def _resources(self, world_size: int) -> dict[str, Any]:
         wanted: dict[str, Any] = {"nodes": 1, "tasks_per_node": 1, "name": "ft-regress"}
@@ -260,7 +265,7 @@ class SlurmExecutor:
     def close(self) -> None:
         self.abort()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         local = (
             {
                 "note": f"--executor slurm with cluster={self.cluster}: submitit runs every item on this machine, "
@@ -279,5 +284,5 @@ class SlurmExecutor:
             "lost": self.lost,
         }
 
-    def workers(self) -> dict[str, Any]:
+    def workers(self) -> JsonObject:
         return {}

@@ -1,7 +1,9 @@
 """Repro kinds, registered here by name; the first that claims a file loads it.
 
 A new kind is one module with a class that has ``name``, ``suffixes``, ``claims``, ``load`` and
-``from_rank_params``, plus its line in ``KINDS``. Standard library only.
+``from_rank_params``, plus its line in ``KINDS``. Standard library only. A kind is registered in
+code, never by an installed package: a rank reads its repro through it, inside a cell's
+environment, where the orchestrator's packages are not installed.
 
 - ``module``: a Python module with ``SPEC = ReproSpec(...)`` and ``run(ctx)`` (the built-in repros).
 - ``script``: a plain training script plus a few declared lines (YAML ``repro:``, or ``REPRO = {...}``).
@@ -15,9 +17,10 @@ from typing import Any
 from repros.runtime.kinds.base import LoadedRepro, ReproKind
 from repros.runtime.kinds.module import ModuleKind
 from repros.runtime.kinds.script import ScriptKind
+from repros.runtime.registry import Registry
 
 #: Every kind, by name, in the order they are asked whether a file is theirs.
-KINDS: dict[str, ReproKind] = {kind.name: kind for kind in (ModuleKind(), ScriptKind())}
+KINDS: Registry[ReproKind] = Registry("repro kind", {kind.name: kind for kind in (ModuleKind(), ScriptKind())})
 #: The kind of the built-in repros, which are modules named by their dotted name.
 BUILTIN_KIND = ModuleKind.name
 

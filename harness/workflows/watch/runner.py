@@ -23,8 +23,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.watch.classify import DEFAULT_CONFIRM, WatchContext, classify
-from harness.analysis.watch.nights import Night, Pairing, changed_items, pairing
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.invocation import program
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
@@ -33,6 +31,8 @@ from harness.records.changes import CHANGES_MARKDOWN, FIXED_UPSTREAM, REGRESSED,
 from harness.records.run_dir import RunDir
 from harness.reports.changes_summary import culprit_text, headline, markdown, moved_text
 from harness.reports.finalize import finalize
+from harness.workflows.watch.classify import DEFAULT_CONFIRM, WatchContext, classify
+from harness.workflows.watch.nights import Night, Pairing, changed_items, pairing
 
 #: Where each change's reruns and bisects keep their run directories, inside the watch run's.
 WORK_DIR = "watch"
@@ -55,10 +55,7 @@ def update_command(opts: WatchOptions, change: Change, tonight: Night) -> str:
     """The one command that runs the item again and writes what it observes as its expectation."""
     args = [*program(), "run", "--matrix", str(opts.run.matrix.path), "--cells", change.previous_cell or change.cell]
     args += ["--repros", change.repro, "--modes", change.mode]
-    for name, spec in opts.run.pins:
-        args += ["--pin", f"{name}{spec}"]
-    if tonight.meta.as_of:
-        args += ["--as-of", tonight.meta.as_of]
+    args += opts.run.stack.evolve(families=(), as_of=tonight.meta.as_of).flags()
     return shlex.join([*args, "--save-expectations"])
 
 

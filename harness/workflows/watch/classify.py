@@ -26,18 +26,19 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 from rich.console import Console
 
-from harness.analysis.bisect.runner import BisectOptions, BisectReport, run_bisect
-from harness.analysis.bisect.search import FOUND
-from harness.analysis.watch.nights import Candidate, Night
-from harness.analysis.watch.verdicts import observed, verdict_of
 from harness.config.model import Cell
 from harness.core.errors import UserError
 from harness.environments.releases import VersionsUnavailable, between, released_versions
 from harness.pipeline.session import RunSession
-from harness.planning.items import Plan, PlannedItem, RunOptions
+from harness.planning.items import Plan, PlannedItem
+from harness.planning.run_options import AttemptPolicy, RunOptions
+from harness.records.bisect import FOUND, BisectReport
 from harness.records.changes import FLAKY, Change, Culprit
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
+from harness.workflows.bisect.runner import BisectOptions, run_bisect
+from harness.workflows.watch.nights import Candidate, Night
+from harness.workflows.watch.verdicts import observed, verdict_of
 from repros.runtime.outcomes import Outcome
 
 #: How many times an item runs again where nothing moved under it.
@@ -116,7 +117,13 @@ def confirm(ctx: WatchContext, candidate: Candidate) -> Change:
         cell = dataclasses.replace(cell, lock=lock, as_of=None)
     out = item_dir(ctx, after) / "confirm"
     opts = dataclasses.replace(
-        ctx.run, repeat=ctx.confirm, reruns=0, out_dir=out, pins=(), shard=None, explore=True, save_expectations=False
+        ctx.run,
+        attempts=AttemptPolicy(repeat=ctx.confirm),
+        stack=ctx.run.stack.evolve(pins=()),
+        selection=ctx.run.selection.evolve(shard=None),
+        out_dir=out,
+        explore=True,
+        save_expectations=False,
     )
     ctx.console.print(f"{after.id.label()}: nothing moved; running it {ctx.confirm} more times", highlight=False)
     plan = Plan(items=[dataclasses.replace(planned, cell=cell)])
@@ -209,22 +216,13 @@ def by_release(
         f"{after.id.label()}: {package} moved {last} -> {first}; bisecting its {len(inside)} releases", highlight=False
     )
     opts = BisectOptions(
-        matrix=ctx.run.matrix,
-        discovery=ctx.run.discovery,
+        run=bisect_run(ctx, item_dir(ctx, after) / f"bisect-{package}"),
         repro=after.repro,
         mode=after.mode,
         package=package,
         good=last,
         bad=first,
-        cache_dir=_cache(ctx),
-        cache_max_gb=ctx.run.cache_max_gb,
-        executor=ctx.run.executor,
-        ray_address=ctx.run.ray_address,
-        slurm_folder=ctx.run.slurm_folder,
-        slurm_parameters=ctx.run.slurm_parameters,
-        out_dir=item_dir(ctx, after) / f"bisect-{package}",
         pre=_is_pre(last, first) or base.prerelease,
-        repros_dirs=ctx.run.repros_dirs,
         base=base,
     )
     report = _bisect(ctx, candidate, opts)
@@ -283,23 +281,14 @@ def by_date(ctx: WatchContext, candidate: Candidate) -> Change:
         highlight=False,
     )
     opts = BisectOptions(
-        matrix=ctx.run.matrix,
-        discovery=ctx.run.discovery,
+        run=bisect_run(ctx, item_dir(ctx, after) / "bisect-days"),
         repro=after.repro,
         mode=after.mode,
         package=None,
         good=good_day,
         bad=bad_day,
-        cache_dir=_cache(ctx),
-        cache_max_gb=ctx.run.cache_max_gb,
-        executor=ctx.run.executor,
-        ray_address=ctx.run.ray_address,
-        slurm_folder=ctx.run.slurm_folder,
-        slurm_parameters=ctx.run.slurm_parameters,
         by_date=True,
         hold=hold,
-        out_dir=item_dir(ctx, after) / "bisect-days",
-        repros_dirs=ctx.run.repros_dirs,
         base=base,
     )
     report = _bisect(ctx, candidate, opts)
@@ -409,7 +398,13 @@ def one_at_a_time(
 def probe_item(ctx: WatchContext, planned: PlannedItem, cell: Cell, out: Path) -> ItemRecord | None:
     """Run the item once in ``cell`` (a run of its own under ``out``); its record, or None."""
     opts = dataclasses.replace(
-        ctx.run, repeat=1, reruns=0, out_dir=out, pins=(), shard=None, explore=True, save_expectations=False
+        ctx.run,
+        attempts=AttemptPolicy(),
+        stack=ctx.run.stack.evolve(pins=()),
+        selection=ctx.run.selection.evolve(shard=None),
+        out_dir=out,
+        explore=True,
+        save_expectations=False,
     )
     plan = Plan(items=[dataclasses.replace(planned, cell=cell)])
     RunSession(opts, ctx.console, ["watch", "probe"], None, plan=plan, kind="watch-probe").execute()
@@ -417,9 +412,15 @@ def probe_item(ctx: WatchContext, planned: PlannedItem, cell: Cell, out: Path) -
     return records[0] if records else None
 
 
-def _cache(ctx: WatchContext) -> Path:
-    assert ctx.run.cache_dir is not None
-    return ctx.run.cache_dir
+def bisect_run(ctx: WatchContext, out: Path) -> RunOptions:
+    """Tonight's options for a bisect of a change: its own directory, the base cell given whole (the
+    bisect holds it, so neither ``--pin`` nor ``--as-of`` is applied to it again)."""
+    return dataclasses.replace(
+        ctx.run,
+        stack=ctx.run.stack.evolve(pins=(), as_of=None),
+        selection=ctx.run.selection.evolve(shard=None),
+        out_dir=out,
+    )
 
 
 def classify_all(ctx: WatchContext, candidates: Sequence[Candidate]) -> list[Change]:

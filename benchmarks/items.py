@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from harness.core.json import JsonValue
 from harness.environments import Environment, Environments, EnvRequest, UvEnvironments
 from harness.execution.classify import classify
 from harness.execution.launchers import LauncherContext, LaunchRequest, make_launcher
@@ -46,8 +47,6 @@ from harness.planning.items import PlannedItem, RunOptions, plan_items
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from repros.runtime.spec import ReproSpec
-
-JsonValue = Any
 
 #: The GPU box ``--jobs`` is projected onto (a common 8-GPU node).
 REFERENCE_GPU_BOX = Machine(cpus=96, memory_bytes=1024 * 2**30, gpus=tuple(str(i) for i in range(8)))
@@ -155,12 +154,7 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
     command = [sys.executable, "-m", "harness", "run", "--matrix", str(opts.matrix.path), "--out", str(out)]
     command += ["--cells", ",".join(cells), "--repros", ",".join(repros), "--modes", ",".join(modes)]
     command += ["--jobs", str(jobs), "--launcher", "worker"]
-    if opts.model:
-        command += ["--model", opts.model]
-    if opts.world_size:
-        command += ["--world-size", str(opts.world_size)]
-    if opts.cache_dir_given and opts.cache_dir is not None:
-        command += ["--cache-dir", str(opts.cache_dir)]
+    command += opts.stack.evolve(pins=(), families=(), as_of=None).flags() + opts.cache.flags()
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=Path.cwd(), capture_output=True, text=True, check=False)
     wall_s = time.perf_counter() - started
@@ -174,7 +168,7 @@ def harness_run(opts: RunOptions, items: Sequence[PlannedItem], out: Path, jobs:
         records={r.key: r for r in run_dir.records()},
         orchestrator_peak_rss_bytes=meta.orchestrator_peak_rss_bytes,
         worker_start_s={name: w.get("start_s") for name, w in workers.items()},
-        comm_op_load_s={name: (w.get("comm_op") or {}).get("seconds") for name, w in workers.items()},
+        comm_op_load_s={name: _seconds(w.get("comm_op")) for name, w in workers.items()},
         concurrency=meta.concurrency,
     )
 
@@ -276,12 +270,17 @@ def time_outside_items(run_dir: Path, wall_s: float | None = None) -> dict[str, 
     return result
 
 
+def _seconds(value: JsonValue) -> JsonValue:
+    return value.get("seconds") if isinstance(value, Mapping) else None
+
+
 def _deepspeed_step(cache: Path, key: str | None) -> JsonValue:
     """How an environment in ``cache`` got DeepSpeed and its comm op (its ``env.json``)."""
     try:
-        return json.loads((cache / "envs" / str(key) / "env.json").read_text()).get("deepspeed_ops")
-    except (OSError, ValueError, AttributeError):
+        written: JsonValue = json.loads((cache / "envs" / str(key) / "env.json").read_text())
+    except (OSError, ValueError):
         return None
+    return written.get("deepspeed_ops") if isinstance(written, Mapping) else None
 
 
 def _seconds_after(stamp: str | None, origin: float) -> float | None:
@@ -311,12 +310,13 @@ def run_split(opts: RunOptions, items: Sequence[PlannedItem], out: Path, cache: 
     reports, the process's start and exit)."""
     before = os.getloadavg()
     launched = time.time()
-    run = harness_run(replace(opts, cache_dir=cache, cache_dir_given=True), items, out)
+    run = harness_run(replace(opts, cache=opts.cache.evolve(cache_dir=cache, resolved=cache)), items, out)
     outside = time_outside_items(out, run.wall_s)
     meta = RunDir(out).read_meta()
     records = list(RunDir(out).records())
     stage = meta.environment_stage or {}
-    waited = float(stage.get("waited_s") or 0.0)
+    waited_s = stage.get("waited_s")
+    waited = float(waited_s) if isinstance(waited_s, (int, float)) else 0.0
     items_s = outside["items_wall_s"]
     built = {name: c.build_s for name, c in meta.cells.items() if c.build_s}
     return {
@@ -533,7 +533,7 @@ def run_bench(bench: BenchOptions, console: Console) -> int:
     )
     result["step_time_spread"] = step_time_spread(per_item)
     result["step_cpu_time_spread"] = step_time_spread(per_item, "step_cpu_s")
-    result["model"] = opts.model or "each cell's own"
+    result["model"] = opts.stack.model or "each cell's own"
 
     machine = Machine.detect()
     demand = Demand.for_item(max(i.world_size for i in items), machine)

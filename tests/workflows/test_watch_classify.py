@@ -12,17 +12,18 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from harness.analysis.bisect.runner import BisectOptions, BisectReport
-from harness.analysis.watch import classify as classify_mod
-from harness.analysis.watch.classify import WatchContext, classify
-from harness.analysis.watch.nights import Candidate, Night, changed_items, moved_between, outcome_changed
-from harness.analysis.watch.verdicts import verdict_of
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
-from harness.planning.items import PlannedItem, RunOptions
+from harness.planning.items import PlannedItem
+from harness.planning.run_options import CacheChoice, RunOptions
 from harness.records.changes import CHANGED, FIXED_UPSTREAM, FLAKY, REGRESSED
 from harness.records.item import ItemRecord
 from harness.records.run_meta import CellMeta, RunMeta
+from harness.workflows.bisect.runner import BisectOptions, BisectReport
+from harness.workflows.watch import classify as classify_mod
+from harness.workflows.watch.classify import WatchContext, classify
+from harness.workflows.watch.nights import Candidate, Night, changed_items, moved_between, outcome_changed
+from harness.workflows.watch.verdicts import verdict_of
 from repros.runtime.spec import MODES
 from tests.support.paths import REPO_ROOT
 from tests.support.report_fixture import _record, typed
@@ -91,7 +92,7 @@ def context(tmp_path: Path) -> WatchContext:
         tmp_path, "n1", [before], {"torch": "2.13.0", "peft": "0.15.0", "accelerate": "1.5.2"}, "2025-03-25"
     )
     tonight = night(tmp_path, "n2", [after], {"torch": "2.13.0", "peft": "0.15.1", "accelerate": "1.6.0"}, "2025-04-05")
-    opts = RunOptions(matrix=matrix, discovery=discovery, cache_dir=tmp_path / "cache")
+    opts = RunOptions(matrix=matrix, discovery=discovery, cache=CacheChoice(resolved=tmp_path / "cache"))
     planned = PlannedItem(cell, "F9", discovery.repros["F9"].module, "bug", 2)
     return WatchContext(
         opts,
@@ -265,7 +266,7 @@ def test_nothing_moved_reruns_decide_flaky_or_confirmed(context: WatchContext, m
     seen["outcome"] = "NOT_REPRODUCED"
     confirmed = classify(context, still)
     assert confirmed.verdict == FIXED_UPSTREAM and "3 more runs showed it every time" in confirmed.reason
-    assert seen["opts"].repeat == 3 and seen["kind"] == "watch-confirm"
+    assert seen["opts"].attempts.repeat == 3 and seen["kind"] == "watch-confirm"
     # Rerun at tonight's lock, not resolved again.
     assert seen["plan"].items[0].cell.lock == tuple(context.tonight.meta.cells["watch-cell"].lock)
     seen["outcome"] = "FLAKY"

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from harness.analysis.compare import NEW_REGRESSION, compare_runs
-from harness.analysis.grid import annotate, guarded_follow_up
 from harness.config.grid import load_grid
 from harness.config.matrix import Cell
 from harness.core.errors import UserError
 from harness.planning.grid import AS_WRITTEN, GUARDED, combinations, planned, restrict
 from harness.records.item import ItemRecord, parse_record
+from harness.workflows.grid import annotate, guarded_follow_up
 from repros.trainer.grid_axes import AXES, scenario_overrides
 
 PATH = Path("m.yaml")

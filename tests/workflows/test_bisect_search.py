@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis.bisect.search import AMBIGUOUS, ENDPOINT_UNUSABLE, ENDPOINTS_AGREE, FOUND, NON_MONOTONIC, search
+from harness.workflows.bisect.search import AMBIGUOUS, ENDPOINT_UNUSABLE, ENDPOINTS_AGREE, FOUND, NON_MONOTONIC, search
 
 POINTS = [f"1.{i}" for i in range(10)]
 

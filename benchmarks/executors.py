@@ -3,8 +3,7 @@ many at once as the cores fit) and on a Ray cluster of one node and of two nodes
 (Ray's ``cluster_utils.Cluster``, loopback only; the cluster's start is not counted, as a real
 cluster is already up), each run in its own subprocess on warm environments.
 
-    python -m harness.analysis.executor_bench [--cells current] [--repros F1,F3] [--cpus-per-node 2]
-    python -m harness bench ... --executors      (after the benchmark, on its selection)
+    python -m harness bench executors [--cells current] [--repros F1,F3] [--cpus-per-node 2]
 
 Prints, per executor: the items, the run's wall time, items per minute, the sum of the items' own
 wall times and the time outside them (the run's fixed cost: connecting, the nodes' first worker,
@@ -13,22 +12,20 @@ shipping records and files back); writes ``executor-bench.json`` into ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from harness.core.json import JsonObject
 from harness.pipeline.executors.ray import LOOPBACK
 
 
@@ -115,30 +112,8 @@ def run_executor_bench(selection: Sequence[str], work: Path, cpus_per_node: int,
             str(len(f.nodes) or "-"),
         )
     console.print(table)
-    summary: dict[str, Any] = {"selection": list(selection), "cpus": os.cpu_count(), "runs": [asdict(f) for f in found]}
+    summary: JsonObject = {"selection": list(selection), "cpus": os.cpu_count(), "runs": [asdict(f) for f in found]}
     written = work / "executor-bench.json"
     written.write_text(json.dumps(summary, indent=2))
     console.print(f"written: {written}", highlight=False)
     return written
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.analysis.executor_bench", description=__doc__)
-    parser.add_argument("--matrix", default=None)
-    parser.add_argument("--cells", default="current")
-    parser.add_argument("--repros", default="F1,F3,F5,F7")
-    parser.add_argument("--modes", default="bug,fixed")
-    parser.add_argument("--cpus-per-node", type=int, default=2, help="each Ray node's CPUs (default 2)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    selection = ["--cells", args.cells, "--repros", args.repros, "--modes", args.modes]
-    if args.matrix:
-        selection = ["--matrix", args.matrix, *selection]
-    run_executor_bench(
-        selection, args.out or Path(tempfile.mkdtemp(prefix="executor-bench-")), args.cpus_per_node, Console()
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,16 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
+from harness.records.bisect import AMBIGUOUS, ENDPOINT_UNUSABLE, ENDPOINTS_AGREE, FOUND, NON_MONOTONIC
+
 P = TypeVar("P")
 State = Literal["good", "bad", "skip", "other"]
 #: States that say nothing about which side of the boundary a point is on.
 UNKNOWN = ("skip", "other")
-
-FOUND = "found"
-AMBIGUOUS = "ambiguous"
-ENDPOINTS_AGREE = "endpoints-agree"
-ENDPOINT_UNUSABLE = "endpoint-unusable"
-NON_MONOTONIC = "non-monotonic"
 
 
 @dataclass(frozen=True)

@@ -14,91 +14,57 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from harness.analysis.bisect.axes import DateAxis, VersionAxis
-from harness.analysis.bisect.search import FOUND, SearchResult, State, search
 from harness.config.matrix import Cell, Matrix
-from harness.config.repros import Discovery
 from harness.core.errors import UserError
 from harness.core.names import one_of, unknown_repro_fix
 from harness.environments import Environments, EnvironmentUnavailable, Resolved
 from harness.environments.releases import VersionsUnavailable, between, released_versions
 from harness.execution.containment.leftovers import sweep_dead_runs
-from harness.execution.launchers import LauncherContext, make_launcher
-from harness.pipeline.executors import Executor, ExecutorContext, ItemJob, make_executor
-from harness.pipeline.executors.lost import attempt_until_not_lost
-from harness.pipeline.observe import observe_item
-from harness.pipeline.session import new_run_id
+from harness.pipeline.executors import ExecutorContext, ItemJob, make_executor
+from harness.pipeline.item_runner import ItemRunner
 from harness.planning.commands import run_command
 from harness.planning.items import PlannedItem
-from harness.records.item import ErrorSummary, ItemRecord
+from harness.planning.run_options import AttemptPolicy, RunOptions, StackChoice
+from harness.records.bisect import BISECT_FILE, FOUND, BisectReport, Step
+from harness.records.item import ItemRecord
 from harness.records.provenance import host_info
 from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
-from repros.runtime.outcomes import UNOBSERVED, Outcome
+from harness.records.run_meta import new_run_id
+from harness.workflows.bisect.axes import DateAxis, VersionAxis
+from harness.workflows.bisect.search import SearchResult, State, search
+from repros.runtime.outcomes import UNOBSERVED
 
-BISECT_FILE = "bisect.json"
 #: One item per environment: a cell's pre-imported worker would save nothing.
 BISECT_LAUNCHER = "torchrun"
 
 
-class Step(BaseModel):
-    """One step of a bisect, as ``bisect.json`` lists it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    n: int
-    role: str
-    point: str
-    outcome: Outcome
-    signature: str | None
-    #: good, bad, other (failed some other way) or skip (nothing observed).
-    state: str
-    seconds: float
-    environment: str
-    env_key: str | None
-    error: ErrorSummary | None
-
-
 @dataclass(frozen=True)
 class BisectOptions:
-    matrix: Matrix
-    discovery: Discovery
+    """What to bisect (the repro, its mode, the package or the days, the two ends), beside the run's
+    own options (``run``: the matrix and repros, the cache, the executor, ``--as-of`` over the base
+    cell, where the steps' directory goes)."""
+
+    run: RunOptions
     repro: str
     mode: str
     package: str | None
     good: str
     bad: str
-    cache_dir: Path
     by_date: bool = False
     hold: tuple[str, ...] = ()
     cell: str | None = None
-    out_dir: Path | None = None
-    reports_dir: Path = Path("reports")
     pre: bool = False
     verify: int = 0
-    repros_dirs: tuple[Path, ...] = ()
-    #: Floating specs of the base cell resolve as of this day (``--as-of``).
-    as_of: str | None = None
-    #: The environment cache's budget (``--cache-max-gb``).
-    cache_max_gb: float | None = None
     #: The base cell itself, where the caller made one (``watch``: a cell at last night's lock);
     #: else the matrix's ``cell``.
     base: Cell | None = None
-    #: Where each step runs (``--executor``): "local" builds and runs it here; "ray"/"slurm" on a node.
-    executor: str = "local"
-    #: Whether ``cache_dir`` was given (``--cache-dir``): then the nodes build there too (a shared path).
-    cache_dir_given: bool = False
-    ray_address: str | None = None
-    slurm_folder: Path | None = None
-    slurm_parameters: tuple[tuple[str, str], ...] = ()
 
 
 def signature_of(record: ItemRecord) -> tuple[str, str | None]:
@@ -172,7 +138,9 @@ def bisect_points(opts: BisectOptions) -> list[Version]:
 
 
 class StepRunner:
-    """Builds (or reuses) the environment for one point and runs the item there."""
+    """Runs the item at one point after another: the point's cell made (its environment built or
+    reused from the shared cache), the item run by the item runner over the run's executor, as
+    ``run`` runs one (locally, or on a cluster's node, which builds the environment itself)."""
 
     def __init__(
         self,
@@ -191,25 +159,13 @@ class StepRunner:
         self.environments = environments
         self.run_dir = run_dir
         # One item per environment: a pre-imported worker would save nothing.
-        self.launcher = make_launcher(BISECT_LAUNCHER, LauncherContext(log_dir=run_dir.workers_dir))
-        #: A cluster's executor where the steps run on its nodes (``--executor ray|slurm``).
-        self.executor: Executor | None = None
-        if opts.executor != "local":
-            context = ExecutorContext(
-                run_dir=run_dir.path,
-                node_cache_dir=opts.cache_dir if opts.cache_dir_given else None,
-                cache_max_gb=opts.cache_max_gb,
-                launcher=BISECT_LAUNCHER,
-                jobs=1,
-                ray_address=opts.ray_address,
-                slurm_folder=opts.slurm_folder,
-                slurm_parameters=opts.slurm_parameters,
-            )
-            self.executor = make_executor(opts.executor, context, run_dir, run_id, None)
+        choice = opts.run.executor.evolve(launcher=BISECT_LAUNCHER, jobs=1)
+        self.executor = make_executor(ExecutorContext(run_dir, run_id, choice, opts.run.cache, environments))
+        self.runner = ItemRunner(self.executor, AttemptPolicy(), run_dir)
         self.run_id = run_id
         self.writer = writer
         self.console = console
-        self.repro = opts.discovery.repros[opts.repro]
+        self.repro = opts.run.discovery.repros[opts.repro]
         self._by_identity: dict[Hashable, ItemRecord] = {}
         self.records: dict[str, ItemRecord] = {}
         self.steps: list[Step] = []
@@ -223,83 +179,73 @@ class StepRunner:
             self.records[point] = self._by_identity[identity].evolve(bisect_step_s=0.0, same_as_earlier=True)
             return self.records[point]
         started = time.perf_counter()
-        observed = self._observe_on_node(point) if self.executor is not None else self._observe_here(point)
+        observed = self._observe(point)
         record = observed.evolve(bisect_point=point, bisect_step_s=round(time.perf_counter() - started, 3))
         self.writer.append(record)
         self.records[point] = self._by_identity[identity] = record
         return record
 
-    def _observe_here(self, point: str) -> ItemRecord:
-        """The step on this machine: the point's environment made ready here, released after."""
+    def _observe(self, point: str) -> ItemRecord:
+        """The step: the point's cell, its environment made ready here (locally; a node makes its
+        own) and released after, the item run once."""
+        resolved: Resolved | None = None
         try:
             cell = self.axis.cell(self.cell, point)
-            resolved = self.environments.for_cell(cell)
+            if self.executor.builds_environments:
+                resolved = self.environments.for_cell(cell)
         except EnvironmentUnavailable as exc:
             cell, resolved = self._unavailable_cell(point), Resolved(None, exc.reason)
-        env = resolved.env
-        if env is not None and not env.reused:
-            self.environments_built += 1
-        pins = self.axis.pins(point) if env is not None else ()
-        observed = observe_item(
-            run_id=self.run_id,
-            item=self._item(cell),
-            repro=self.repro,
-            resolved=resolved,
-            run_dir=self.run_dir,
-            launcher=self.launcher,
-            repro_cmd=self._command(cell, pins),
-            environments=self.environments,
-        )
-        if env is not None:
-            self.environments.release(env)  # the step is over: the cache may evict it for the next one
-        return observed
-
-    def _observe_on_node(self, point: str) -> ItemRecord:
-        """The step on a node of the cluster: the node builds the point's environment."""
-        assert self.executor is not None
-        try:
-            cell = self.axis.cell(self.cell, point)
-        except EnvironmentUnavailable as exc:
-            cell = self._unavailable_cell(point)
-            return observe_item(
-                run_id=self.run_id,
-                item=self._item(cell),
-                repro=self.repro,
-                resolved=Resolved(None, exc.reason),
-                run_dir=self.run_dir,
-                launcher=self.launcher,
-                repro_cmd=self._command(cell, ()),
-            )
-        job = ItemJob(self.run_id, self._item(cell), self.repro, self._command(cell, self.axis.pins(point)))
-        observed = attempt_until_not_lost(self.executor, job, None, ()).record
+        job = ItemJob(self.run_id, self._item(cell), self.repro, self._command(cell, self._stack(point, cell)))
+        observed = self.runner.run(job, resolved)
+        assert observed is not None, "a bisect's runner is never stopped"
+        if resolved is not None and resolved.env is not None:
+            self.executor.cell_done(resolved)
+            self.environments.release(resolved.env)  # the step is over: the cache may evict it for the next one
         if observed.env is not None and not observed.env.reused:
             self.environments_built += 1
         return observed
 
+    def _stack(self, point: str, cell: Cell) -> StackChoice:
+        """What chose the point's stack, for its rerun command: every package the step's cell holds
+        otherwise than its matrix cell (the point's, and those the base cell was given: ``watch``
+        bisects at last night's versions), and the day floating specs resolve as of (the end of the
+        point's day, or the bisect's ``--as-of``)."""
+        run = self.opts.run
+        declared = run.matrix.cells.get(cell.origin or cell.name)
+        pins = tuple(
+            (name, spec)
+            for name, spec in sorted(cell.packages.items())
+            if declared is None or declared.packages.get(name) != spec
+        )
+        as_of = DateAxis.as_of(point) if isinstance(self.axis, DateAxis) else run.stack.as_of
+        return run.stack.evolve(pins=pins, as_of=as_of)
+
     def _unavailable_cell(self, point: str) -> Cell:
         """The base cell named for a point whose environment could not even be described."""
-        return dataclasses.replace(self.cell, name=f"{self.cell.name}@{point}")
+        return dataclasses.replace(
+            self.cell, name=f"{self.cell.name}@{point}", origin=self.cell.origin or self.cell.name
+        )
 
     def _item(self, cell: Cell) -> PlannedItem:
         return PlannedItem(
             cell, self.opts.repro, self.repro.module, self.opts.mode, self.repro.spec.world_size or cell.world_size
         )
 
-    def _command(self, cell: Cell, pins: Sequence[tuple[str, str]]) -> str:
+    def _command(self, cell: Cell, stack: StackChoice) -> str:
+        run = self.opts.run
         return run_command(
-            self.opts.matrix.path,
+            run.matrix.path,
             cell,
             self.opts.repro,
             self.opts.mode,
-            tuple(pins),
-            self.opts.cache_dir,
-            self.opts.repros_dirs,
+            stack,
+            run.cache,
+            run.selection.repros_dirs,
             module=self.repro.module,
         )
 
     def close(self) -> None:
-        if self.executor is not None:
-            self.executor.close()
+        self.executor.close()
 
     def report_step(self, point: str, state: State, role: str) -> None:
         rec = self.records[point]
@@ -367,47 +313,6 @@ def date_points(opts: BisectOptions) -> list[str]:
     return [str(low + dt.timedelta(days=i)) for i in range(abs((bad - good).days) + 1)]
 
 
-class BisectReport(BaseModel):
-    """What a bisect found (``bisect.json``): the boundary, or why there is none, with every step."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    run_id: str
-    repro: str
-    mode: str
-    axis: str
-    package: str | None
-    good: str
-    bad: str
-    points: list[str]
-    #: regression (good older, bad newer) or fix (bad older, good newer).
-    kind: str
-    #: found, ambiguous, non-monotonic, endpoints-agree or endpoint-unusable.
-    status: str
-    boundary: str | None
-    candidates: list[str]
-    skipped: list[str]
-    failed_differently: list[str]
-    #: With ``--by-date``: the packages that moved on the day found, (before, after), and each day
-    #: resolved: the base cell's packages -> version.
-    moved_on_boundary: dict[str, tuple[str | None, str | None]] = {}
-    resolutions: dict[str, dict[str, str]] | None = None
-    #: With ``--by-date``: each day resolved, every package (``name==version`` lines).
-    locks: dict[str, list[str]] | None = None
-    steps: list[Step]
-    environments_built: int
-    wall_s: float
-    final: str
-    directory: str
-
-    def before_boundary(self) -> str | None:
-        """The point just before the boundary: the last with the older endpoint's outcome."""
-        if self.boundary is None or self.boundary not in self.points:
-            return None
-        i = self.points.index(self.boundary)
-        return self.points[i - 1] if i > 0 else None
-
-
 def execute_bisect(opts: BisectOptions, console: Console) -> int:
     """``bisect``: run it, print the final line, and exit 0 only where a boundary was found."""
     report = run_bisect(opts, console)
@@ -416,15 +321,16 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
 
 
 def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
-    if opts.repro not in opts.discovery.repros:
-        raise UserError("--repro", opts.repro, "unknown repro", unknown_repro_fix(opts.repro, opts.discovery.repros))
-    modes = opts.discovery.repros[opts.repro].spec.modes
+    run = opts.run
+    if opts.repro not in run.discovery.repros:
+        raise UserError("--repro", opts.repro, "unknown repro", unknown_repro_fix(opts.repro, run.discovery.repros))
+    modes = run.discovery.repros[opts.repro].spec.modes
     if opts.mode not in modes:
         raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")
-    cell = opts.base or base_cell(opts.matrix, opts.cell)
-    if opts.as_of:
-        cell = dataclasses.replace(cell, as_of=opts.as_of)
-    environments = Environments(opts.cache_dir, cache_max_gb=opts.cache_max_gb)
+    cell = opts.base or base_cell(run.matrix, opts.cell)
+    if run.stack.as_of:
+        cell = dataclasses.replace(cell, as_of=run.stack.as_of)
+    environments = Environments(run.cache.path, cache_max_gb=run.cache.cache_max_gb)
     axis: VersionAxis | DateAxis
     if opts.by_date:
         for name in opts.hold:
@@ -449,7 +355,7 @@ def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
         axis = VersionAxis(str(opts.package))
         what = f"{opts.package} {points[0]} … {points[-1]} ({len(points)} releases)"
     run_id = new_run_id()
-    run_dir = RunDir.create(opts.out_dir or (opts.reports_dir / f"bisect-{run_id}"))
+    run_dir = RunDir.create(run.out_dir or (run.reports_dir / f"bisect-{run_id}"))
     out = run_dir.path
     console.print(
         f"bisect {opts.repro}/{opts.mode} over {what} in cell {cell.name}; good {good}, bad {bad}", highlight=False
@@ -485,7 +391,7 @@ def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
         "bad_signature": list(bad_signature),
         "base_cell": cell.name,
         "base_packages": cell.packages,
-        "matrix": str(opts.matrix.path),
+        "matrix": str(run.matrix.path),
         "points": points,
         "kind": result.kind,
         "status": result.status,
@@ -503,7 +409,7 @@ def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
         "host": host_info(),
         "final": final,
         "directory": str(out),
-        "as_of": opts.as_of,
+        "as_of": run.stack.as_of,
     }
     report = BisectReport.model_validate(summary)
     tmp = out / f"{BISECT_FILE}.tmp"

@@ -8,12 +8,13 @@ import datetime as dt
 from collections.abc import Hashable
 from typing import Protocol
 
-from harness.analysis.bisect.search import FOUND, SearchResult
 from harness.config.model import Cell
 from harness.environments.base import EnvironmentUnavailable, EnvRequest
 from harness.environments.locks import Lock
 from harness.environments.specs import NEWEST, is_exact
-from harness.planning.items import pinned_cell
+from harness.planning.run_options import pinned_cell
+from harness.records.bisect import FOUND
+from harness.workflows.bisect.search import SearchResult
 
 
 class Locker(Protocol):

@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness.analysis.bisect import runner as bisect_mod
-from harness.analysis.bisect.axes import final_line
-from harness.analysis.bisect.runner import BisectOptions, base_cell, bisect_points, state_of
-from harness.analysis.bisect.search import Probe, SearchResult
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
 from harness.core.errors import UserError
 from harness.environments.releases import between, parse_available
+from harness.pipeline.executors import local as local_executor
 from harness.planning.commands import run_command
-from harness.planning.items import pinned_cell
+from harness.planning.run_options import CacheChoice, RunOptions, StackChoice, pinned_cell
 from harness.records.item import ItemRecord, parse_record
+from harness.workflows.bisect import runner as bisect_mod
+from harness.workflows.bisect.axes import final_line
+from harness.workflows.bisect.runner import BisectOptions, base_cell, bisect_points, state_of
+from harness.workflows.bisect.search import Probe, SearchResult
 from repros.runtime.spec import MODES
 from tests.support.paths import REPO_ROOT
 
@@ -110,7 +111,7 @@ def test_a_release_that_failed_differently_is_never_good_and_is_named(
             packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
             return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", True, 0.0))
 
-    def fake_observe(*, resolved, **_):  # type: ignore[no-untyped-def]
+    def fake_observe(job, resolved, *_, **__):  # type: ignore[no-untyped-def]
         version = Version(resolved.env.packages["transformers"])
         if version == Version("5.0.0rc0"):  # the job cannot even start on this pre-release
             error = {"type": "ImportError", "message": "cannot import name 'x'", "rank": 0}
@@ -120,7 +121,7 @@ def test_a_release_that_failed_differently_is_never_good_and_is_named(
         return observed("NOT_REPRODUCED", None, repro="F5", error=None)
 
     monkeypatch.setattr(bisect_mod, "Environments", FakeEnvironments)
-    monkeypatch.setattr(bisect_mod, "observe_item", fake_observe)
+    monkeypatch.setattr(local_executor, "observe_item", fake_observe)
     opts = options(
         repro="F5",
         package="transformers",
@@ -158,21 +159,13 @@ def test_released_versions_are_parsed_and_filtered() -> None:
     assert Version("0.19.7rc1") in between(versions, Version("0.19.2"), Version("0.19.8"), pre=True)
 
 
-def options(**change) -> BisectOptions:
+def options(cache_dir: Path = Path("/nonexistent"), out_dir: Path | None = None, **change: object) -> BisectOptions:
     discovery = discover()
     matrix = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discovery.repros.keys(), known_modes=MODES)
-    values = dict(
-        matrix=matrix,
-        discovery=discovery,
-        repro="F1",
-        mode="bug",
-        package="deepspeed",
-        good="0.19.8",
-        bad="0.19.2",
-        cache_dir=Path("/nonexistent"),
-    )
+    run = RunOptions(matrix, discovery, cache=CacheChoice(resolved=cache_dir), out_dir=out_dir)
+    values: dict[str, object] = dict(repro="F1", mode="bug", package="deepspeed", good="0.19.8", bad="0.19.2")
     values.update(change)
-    return BisectOptions(**values)
+    return BisectOptions(run=run, **values)  # type: ignore[arg-type]
 
 
 def test_endpoints_must_be_released_versions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,16 +184,17 @@ def test_endpoints_must_be_released_versions(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_base_cell_defaults_to_the_default_lane_and_refuses_passthrough() -> None:
     opts = options()
-    assert base_cell(opts.matrix, None).name == "current"
+    assert base_cell(opts.run.matrix, None).name == "current"
     with pytest.raises(UserError):
-        base_cell(opts.matrix, "passthrough")
+        base_cell(opts.run.matrix, "passthrough")
     with pytest.raises(UserError):
-        base_cell(opts.matrix, "nope")
+        base_cell(opts.run.matrix, "nope")
 
 
 def test_a_pinned_cell_keeps_its_origin_in_the_rerun_command() -> None:
     opts = options()
-    cell = pinned_cell(opts.matrix.cells["current"], (("deepspeed", "==0.19.5"),))
+    cell = pinned_cell(opts.run.matrix.cells["current"], (("deepspeed", "==0.19.5"),))
     assert cell.packages["deepspeed"] == "==0.19.5" and cell.packages["peft"] == "==0.21.2"
-    cmd = run_command(opts.matrix.path, cell, "F1", "bug", (("deepspeed", "==0.19.5"),), None)
-    assert "--cells current " in cmd and "--pin deepspeed==0.19.5" in cmd
+    stack = StackChoice(pins=(("deepspeed", "==0.19.5"),), as_of="2025-03-25")
+    cmd = run_command(opts.run.matrix.path, cell, "F1", "bug", stack, CacheChoice())
+    assert "--cells current " in cmd and "--pin deepspeed==0.19.5" in cmd and "--as-of 2025-03-25" in cmd

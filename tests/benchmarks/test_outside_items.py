@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.bench import time_outside_items
+from benchmarks.items import time_outside_items
 from tests.support.report_fixture import _record, write_run
 
 

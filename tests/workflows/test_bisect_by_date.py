@@ -9,15 +9,17 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.analysis.bisect import runner as bisect_mod
-from harness.analysis.bisect.runner import BisectOptions, DateAxis, execute_bisect
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
 from harness.environments import Environment, Resolved
 from harness.environments.base import EnvRequest
 from harness.environments.locks import Lock
 from harness.environments.specs import NEWEST
+from harness.pipeline.executors import local as local_executor
+from harness.planning.run_options import CacheChoice, RunOptions
 from harness.records.item import ItemRecord, parse_record
+from harness.workflows.bisect import runner as bisect_mod
+from harness.workflows.bisect.runner import BisectOptions, DateAxis, execute_bisect
 from repros.runtime.spec import MODES
 from tests.support.paths import REPO_ROOT
 
@@ -81,7 +83,8 @@ def test_by_date_bisect_names_the_day_and_the_changed_package(
             packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
             return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", False, 1.0))
 
-    def fake_observe(*, resolved: Resolved, item: Any, **_: Any) -> ItemRecord:
+    def fake_observe(job: Any, resolved: Resolved, *_: Any, **__: Any) -> ItemRecord:
+        item = job.item
         env = resolved.env
         assert env is not None
         runs.append(env.packages)
@@ -112,21 +115,18 @@ def test_by_date_bisect_names_the_day_and_the_changed_package(
         )
 
     monkeypatch.setattr(bisect_mod, "Environments", FakeEnvironments)
-    monkeypatch.setattr(bisect_mod, "observe_item", fake_observe)
+    monkeypatch.setattr(local_executor, "observe_item", fake_observe)
     discovery = discover()
     matrix = load_matrix(REPO_ROOT / "matrix.yaml", known_repros=discovery.repros.keys(), known_modes=MODES)
     opts = BisectOptions(
-        matrix=matrix,
-        discovery=discovery,
+        run=RunOptions(matrix, discovery, cache=CacheChoice(resolved=tmp_path), out_dir=tmp_path / "out"),
         repro="F1",
         mode="bug",
         package=None,
         good="2026-01-01",
         bad="2026-04-30",
-        cache_dir=tmp_path,
         by_date=True,
         hold=("torch",),
-        out_dir=tmp_path / "out",
     )
     code = execute_bisect(opts, Console(file=open(tmp_path / "console.txt", "w")))
     final = capsys.readouterr().out.strip().splitlines()[-1]

@@ -9,27 +9,26 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from harness.config.grid import Grid
 from harness.config.repros import Repro
 from harness.core.errors import EXIT_USAGE, UserError
+from harness.core.json import JsonValue
 from harness.core.text import plain
 from harness.pipeline.dispatch import ItemPolicy
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
 from harness.planning.grid import AS_WRITTEN, GRID_MODULE, GUARDED, combinations, planned, restrict
-from harness.planning.items import Plan, PlannedItem, RunOptions, selected_cells
+from harness.planning.items import Plan, PlannedItem, selected_cells
+from harness.planning.run_options import RunOptions, check_families
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.grid_tables import print_grid
-from repros.runtime.families import DEFAULT_FAMILY, FAMILIES
+from repros.runtime.families import DEFAULT_FAMILY
 from repros.runtime.outcomes import Outcome
 from repros.trainer import scenario_item
-
-JsonValue = Any
 
 #: What every grid item runs: the scenario item, classified against every repro's signatures.
 GRID_REPRO = Repro(spec=scenario_item.SPEC, module=GRID_MODULE)
@@ -104,10 +103,7 @@ def family_restriction(only: Sequence[str]) -> tuple[list[str], list[str]]:
         if axis.strip() != "family":
             rest.append(text)
             continue
-        for value in (v.strip() for v in values.split(",") if v.strip()):
-            if value not in FAMILIES:
-                raise UserError("--only", text, f"unknown family {value!r}", f"use one of: {', '.join(FAMILIES)}")
-            families.append(value)
+        families += check_families("--only family=", [v.strip() for v in values.split(",") if v.strip()])
         if not values.strip():
             raise UserError("--only", text, "names no family", f"write it like --only family={DEFAULT_FAMILY},llama")
     return rest, families
@@ -119,11 +115,12 @@ def run_grid(opts: RunOptions, only: Sequence[str], out: Path, console: Console,
     grid = opts.matrix.grid
     if grid is None:
         raise UserError(opts.matrix.path, "grid", "the matrix declares no grid", "add a 'grid:' section (see the docs)")
-    lane = opts.lane or (None if opts.cells else opts.matrix.default_lane)
+    lane = opts.selection.lane or (None if opts.selection.cells else opts.matrix.default_lane)
     coverage = grid.coverage.get(lane or "", "pairwise")
     only, families = family_restriction(only)
     if families:
-        opts = dataclasses.replace(opts, families=tuple(dict.fromkeys((*opts.families, *families))))
+        every = tuple(dict.fromkeys((*opts.stack.families, *families)))
+        opts = dataclasses.replace(opts, stack=opts.stack.evolve(families=every))
     combos = combinations(grid, coverage, restrict(grid, only))
     cells = selected_cells(opts)
     plan = Plan(items=planned(cells, combos))

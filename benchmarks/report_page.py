@@ -1,4 +1,4 @@
-"""The HTML report at scale, measured: ``python -m harness.analysis.report_scale --items 10000``.
+"""The HTML report at scale, measured: ``python -m harness bench report --items 10000``.
 
 Writes a synthetic run directory of N item records (the real ``ItemRecord`` and the real
 writers: ``RunDir``, ``ResultsWriter``, ``RunMeta``), with a previous run beside it for the
@@ -18,19 +18,18 @@ Nothing here is a test: the tests count what grows (``tests/reports/test_report_
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 
+from rich.console import Console
+
+from harness.core.json import JsonObject
 from harness.records.item import ItemRecord, parse_record
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import RunMeta
@@ -59,7 +58,7 @@ def _record(run_id: str, cell: str, repro: str, mode: str, failing: bool) -> Ite
             + '  File "trainer.py", line 1, in step\n' * 12
             + message,
         }
-    raw: dict[str, Any] = {
+    raw: JsonObject = {
         "schema_version": 1,
         "run_id": run_id,
         "cell": cell,
@@ -181,7 +180,7 @@ class _Body(HTMLParser):
 
 def measure(
     items: int, root: Path, repros: int = 100, failing_cells: int = 5, chromium: str | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """Write the two runs under ``root``, the report of the newer one, and open it."""
     started = time.perf_counter()
     write_run(root / "run-a", "run-a", "2026-11-19T10:00:00+00:00", items, repros, failing_cells=0)
@@ -193,7 +192,7 @@ def measure(
     started = time.perf_counter()
     page = html.write(finished)
     write_s = time.perf_counter() - started
-    figures: dict[str, Any] = {
+    figures: JsonObject = {
         "items": len(finished.records),
         "cells": len({r.cell for r in finished.records}),
         "failing_cells": failing_cells,
@@ -228,25 +227,18 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--items", type=int, default=10_000, help="how many items (rounded down to whole cells)")
-    parser.add_argument("--repros", type=int, default=100, help="repros per cell (each in bug and fixed mode)")
-    parser.add_argument("--failing-cells", type=int, default=5, help="cells with an item that did not match")
-    parser.add_argument("--chromium", help="the browser to open the page in (default: $CHROMIUM, chromium)")
-    parser.add_argument("--keep", type=Path, help="write the runs here (a new directory) and keep them")
-    args = parser.parse_args(argv)
-    if args.keep:
-        figures = measure(args.items, args.keep, args.repros, args.failing_cells, args.chromium)
+def run_report_page(
+    items: int, repros: int, failing_cells: int, chromium: str | None, keep: Path | None, console: Console
+) -> int:
+    """Measure the page for ``items`` items and print the figures (one JSON object). ``keep``: write
+    the runs there and keep them; else in a temporary directory, in memory where there is a tmpfs
+    (the results writer syncs each record to disk)."""
+    if keep:
+        figures = measure(items, keep, repros, failing_cells, chromium)
     else:
-        # In memory where there is a tmpfs: the results writer syncs each record to disk.
         shm = Path("/dev/shm")
         where = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
         with tempfile.TemporaryDirectory(prefix="report-scale-", dir=where) as tmp:
-            figures = measure(args.items, Path(tmp), args.repros, args.failing_cells, args.chromium)
-    print(json.dumps(figures))
+            figures = measure(items, Path(tmp), repros, failing_cells, chromium)
+    console.print(json.dumps(figures), highlight=False, markup=False)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

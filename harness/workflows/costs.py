@@ -10,38 +10,35 @@ clean in a cell, every variant there is priced against it, with the noise: twice
 step-time IQR, and with several rounds the run-to-run spread. A claim in the field that does not
 hold (ZeRO-2 does not avoid F3's refusal) shows as the variant's outcome.
 
-``costs.json`` keeps one entry per repro x variant x cell.
+``costs.json`` keeps one entry per repro x variant x cell (``harness/records/costs.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.text import plain
-from harness.pipeline.observe import now
 from harness.pipeline.session import EXIT_INTERRUPTED, RunSession
-from harness.planning.items import Plan, PlannedItem, RunOptions, plan_items
-from harness.records.item import ItemRecord, validation_problem
+from harness.planning.items import Plan, PlannedItem, plan_items
+from harness.planning.run_options import RunOptions
+from harness.records.costs import COSTS_FILE, CostsFile, write_costs
+from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
-from harness.reports.cost_table import CostEntry, costs_table, entries
+from harness.records.run_meta import utc_now
+from harness.reports.cost_table import costs_table, entries
 from repros.runtime.outcomes import UNOBSERVED, Outcome
 from repros.runtime.spec import FIXED_TRAINER
-
-COSTS_FILE = "costs.json"
 
 
 def plan_costs(opts: RunOptions, variants: Sequence[str] = ()) -> Plan:
     """Every variant (or those named) of every selected repro in every selected cell (the cells
     and excludes of the repros' ``bug`` mode)."""
-    base = plan_items(dataclasses.replace(opts, modes=("bug",)))
+    base = plan_items(dataclasses.replace(opts, selection=opts.selection.evolve(modes=("bug",))))
     plan = Plan(excluded=base.excluded, broken=base.broken)
     known = {name for item in base.items for name in opts.discovery.repros[item.repro_id].spec.variant_names()}
     for wanted in variants:
@@ -69,51 +66,6 @@ def plan_costs(opts: RunOptions, variants: Sequence[str] = ()) -> Plan:
     return plan
 
 
-class CostsFile(BaseModel):
-    """``costs.json``: the run (when, the command, the model, how far it got) and its entries."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    started_at: str | None = None
-    finished_at: str | None = None
-    argv: list[str] = Field(default_factory=list)
-    model: str | None = None
-    rounds: int | None = None
-    interrupted: str | None = None
-    planned_items: int | None = None
-    ran_items: int | None = None
-    entries: list[CostEntry]
-
-
-def write_costs(path: Path, costs: CostsFile) -> Path:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(costs.model_dump(mode="json"), indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-def read_costs(path: Path) -> list[CostEntry]:
-    """The entries of a ``costs.json``; a ``UserError`` naming the file where it is not one."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(path, "", "no such costs file", "pass the costs.json a 'costs' run wrote") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(path, "", f"cannot be read ({exc})", "pass the costs.json a 'costs' run wrote") from None
-    try:
-        return CostsFile.model_validate_json(text).entries
-    except ValidationError as exc:
-        raise UserError(
-            path, "", f"is not a costs table: {validation_problem(exc)}", "pass the costs.json a 'costs' run wrote"
-        ) from None
-
-
-def newest_costs(reports_dir: Path) -> Path | None:
-    """The newest ``costs.json`` in a run directory of ``reports_dir`` (where ``costs`` writes them)."""
-    found = [p for p in Path(reports_dir).glob(f"*/{COSTS_FILE}") if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
-
-
 def run_costs(
     base: RunOptions, variants: Sequence[str], rounds: int, out: Path, console: Console, argv: Sequence[str]
 ) -> int:
@@ -125,12 +77,12 @@ def run_costs(
     if not plan.items:
         raise UserError(
             "--repros",
-            ",".join(base.repros) or "(all)",
+            ",".join(base.selection.repros) or "(all)",
             "plans no item here",
             "pick repros and cells that run together",
         )
     measured: list[list[ItemRecord]] = []
-    started = now()
+    started = utc_now()
     interrupted: str | None = None
     for number in range(1, rounds + 1):
         opts = dataclasses.replace(base, out_dir=out / f"round-{number}")
@@ -154,9 +106,9 @@ def run_costs(
     )
     costs = CostsFile(
         started_at=started,
-        finished_at=now(),
+        finished_at=utc_now(),
         argv=list(argv),
-        model=base.model,
+        model=base.stack.model,
         rounds=len(measured),
         entries=found,
         **partial,

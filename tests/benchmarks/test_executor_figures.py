@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.analysis.executor_bench import figures
+from benchmarks.executors import figures
 
 
 def test_items_per_minute_and_the_time_outside_items_come_from_the_records(tmp_path: Path) -> None:

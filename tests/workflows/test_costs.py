@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from harness.analysis.costs import plan_costs
 from harness.cli.options import selection
 from harness.config.repros import discover
 from harness.records.item import ItemRecord, parse_record
 from harness.reports.cost_table import entries
+from harness.workflows.costs import plan_costs
 from tests.support.paths import REPO_ROOT
 
 MIB = 2**20
 
 
 def test_every_variant_of_every_repro_is_planned_per_cell_with_the_mode_its_ranks_run() -> None:
-    opts = selection({"matrix": REPO_ROOT / "matrix.yaml", "cells": ["current"], "repros": ["F1", "F4"]}, model="small")
+    opts = selection(
+        {"matrix": REPO_ROOT / "matrix.yaml", "cells": ["current"], "repros": ["F1", "F4"], "model": "small"}
+    )
     plan = plan_costs(opts)
     labels = [(i.repro_id, i.mode, i.rank_mode, i.cell.model) for i in plan.items]
     assert ("F1", "as-documented", "bug", "small") in labels and ("F1", "fixed-trainer", "fixed", "small") in labels
@@ -87,10 +89,10 @@ def test_an_interrupted_costs_run_keeps_what_ran_says_it_is_partial_and_starts_n
 ) -> None:
     import json
 
-    from harness.analysis import costs as costs_module
     from harness.cli import main as cli
     from harness.records.run_dir import RunDir
     from harness.records.run_meta import RunMeta
+    from harness.workflows import costs as costs_module
 
     started: list[str] = []
 

@@ -1,0 +1,31 @@
+"""How ``run`` ends on the terminal: the summary table, what each explored repro did in each cell,
+and how to keep those observations (``--save-expectations``, which ``analysis/explore/save.py``
+does once this is said)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.console import Console
+
+from harness.core.text import plain
+from harness.records.item import ItemRecord
+from harness.records.run_meta import CellMeta, ExcludedItem
+from harness.reports.findings import findings_lines
+from harness.reports.terminal import print_summary
+
+
+def print_run_end(
+    console: Console,
+    records: Sequence[ItemRecord],
+    cells: Mapping[str, CellMeta],
+    excluded: Sequence[ExcludedItem],
+    saving: bool,
+) -> None:
+    """The summary of a finished run; ``saving``: its observations are about to be kept as expectations."""
+    print_summary(console, records, excluded)
+    explored = findings_lines(records, cells)
+    for line in explored:
+        console.print(plain(line), highlight=False, markup=False)
+    if explored and not saving:
+        console.print("keep them as expectations: add --save-expectations", highlight=False, markup=False)
