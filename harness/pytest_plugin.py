@@ -136,9 +136,8 @@ class ReproSession:
         # The cell's environment is made ready here (once per process), unless the executor's nodes make it.
         resolved = self.environments.for_cell(item.cell) if runner.executor.builds_environments else None
         repros = self.opts.discovery.repros
-        job = ItemJob(
-            self.run_id, item, repros[item.repro_id], repro_command(self.opts, item), [r.spec for r in repros.values()]
-        )
+        command = repro_command(self.opts, item, resolved.env if resolved is not None else None)
+        job = ItemJob(self.run_id, item, repros[item.repro_id], command, [r.spec for r in repros.values()])
         record = runner.run(job, resolved)
         assert record is not None, "a test session's runner is never stopped"
         runner.recorded(item)

@@ -23,6 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.config.locate import DEFAULT_MATRIX_NAME, MATRIX_VARIABLE
+from harness.core.as_of import as_of_value
 from harness.core.errors import UserError
 from harness.core.paths import check_output_dir, check_path, path_problem, shown
 from harness.environments import default_cache_dir
@@ -49,7 +50,7 @@ class Option:
     help: str
     #: ``text``, ``texts`` (repeatable), ``csv`` (comma-separated, repeatable), ``path``, ``paths`` (repeatable),
     #: ``choice``, ``int``,
-    #: ``date`` (YYYY-MM-DD, up to today), ``gb`` (a size in GB, more than 0).
+    #: ``date`` (YYYY-MM-DD or a UTC time, up to today), ``gb`` (a size in GB, more than 0).
     kind: str = "text"
     #: What it accepts: a fixed tuple, or a registry read when the value is checked (a later
     #: registration counts).
@@ -86,12 +87,14 @@ class Option:
 def _past_day(flag: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         try:
-            day = dt.date.fromisoformat(value)
+            moment = as_of_value(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} takes a day, YYYY-MM-DD, not {value!r}") from None
-        if day > dt.date.today():
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a day, YYYY-MM-DD, or a UTC time, YYYY-MM-DDTHH:MM:SSZ, not {value!r}"
+            ) from None
+        if moment[:10] > dt.date.today().isoformat():
             raise argparse.ArgumentTypeError(f"{flag} {value} is in the future: give a day up to today")
-        return day.isoformat()
+        return moment
 
     return parse
 
@@ -265,8 +268,8 @@ OPTIONS: dict[str, Option] = {
         Option(
             "as_of",
             ("--as-of",),
-            "resolve floating specs (ranges, ~=, *) to what was released before this day; exact pins stay as "
-            "written (default: now)",
+            "resolve floating specs (ranges, ~=, *) to what was released before this day (or this UTC time, as a "
+            "floating run's rerun commands give it); exact pins stay as written (default: now)",
             kind="date",
             metavar="YYYY-MM-DD",
             pytest_flags=("--repro-as-of",),

@@ -33,6 +33,7 @@ from typing import Protocol
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from harness.core.as_of import as_of_value
 from harness.environments.base import EnvironmentUnavailable, EnvRequest, installer_reason
 from harness.environments.index import IndexConfig
 
@@ -80,9 +81,11 @@ class UvRunner(Protocol):
     def uv_environ(self) -> dict[str, str]: ...
 
 
-def cutoff(day: str) -> str:
-    """Released before ``day``: uv's cut-off at the day's first second (a plain date includes it)."""
-    return f"{dt.date.fromisoformat(day)}T00:00:00Z"
+def cutoff(as_of: str) -> str:
+    """Released before ``as_of``, a day or a UTC time (``as_of_value``): uv's cut-off at the day's
+    first second (uv reads a plain date as including the day), or at the time itself."""
+    moment = as_of_value(as_of)
+    return moment if "T" in moment else f"{moment}T00:00:00Z"
 
 
 def parse_lock(text: str) -> tuple[str, ...]:

@@ -64,7 +64,7 @@ class Dispatch:
         self.threads = ThreadPoolExecutor(max_workers=executor.in_flight(), thread_name_prefix="item")
 
     def submit(self, items: list[PlannedItem], resolved: Resolved | None, collect: bool = True) -> None:
-        jobs = [self._job(item) for item in items]
+        jobs = [self._job(item, resolved) for item in items]
         # A cluster executor may hand a cell's items to its scheduler at once (a Slurm job array).
         self.executor.submit_cell(jobs)
         for job in jobs:
@@ -77,12 +77,12 @@ class Dispatch:
         if collect:
             self.collect(block=False)
 
-    def _job(self, item: PlannedItem) -> ItemJob:
+    def _job(self, item: PlannedItem, resolved: Resolved | None) -> ItemJob:
         return ItemJob(
             run_id=self.run_id,
             item=item,
             repro=self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id],
-            repro_cmd=repro_command(self.opts, item),
+            repro_cmd=repro_command(self.opts, item, resolved.env if resolved is not None else None),
             known=self.known,
         )
 

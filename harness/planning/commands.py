@@ -2,7 +2,8 @@
 
 It names everything that decides what the item is: the matrix (absolute), the cell, the repro,
 the mode, every option that chose the cell's stack (``StackChoice.flags``: ``--pin``, ``--as-of``,
-``--model``, ``--world-size``, the item's ``--family``), the environment cache where one was given,
+``--model``, ``--world-size``, the item's ``--family``; a floating cell run without ``--as-of`` gets
+the time its specs were resolved as its ``--as-of``), the environment cache where one was given,
 and every directory a user's repro came from (absolute): those given with ``--repros-dir``, and the
 repro's own directory, wherever it was found (``$FT_REGRESS_REPROS``, the matrix's
 ``repros_dirs``), so the command works from any directory, in a shell without that variable.
@@ -16,7 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.config.matrix import Cell
+from harness.core.as_of import as_of_value
 from harness.core.invocation import program
+from harness.environments import Environment
 from harness.planning.items import PlannedItem
 from harness.planning.run_options import CacheChoice, RunOptions, StackChoice
 from repros.runtime.kinds import is_file_ref
@@ -55,10 +58,21 @@ def run_command(
     return shlex.join(args + cache.flags())
 
 
-def repro_command(opts: RunOptions, item: PlannedItem) -> str:
-    """The one command that reruns ``item`` alone, as ``opts`` ran it."""
-    matrix = str(opts.matrix.path)
+def item_stack(opts: RunOptions, item: PlannedItem, env: Environment | None = None) -> StackChoice:
+    """What chose ``item``'s stack, whole: where its cell floats and the run gave no ``--as-of``, the
+    time its environment's floating specs were resolved stands in for "now", so that a rerun
+    resolves what this run resolved, not what is newest the day it is rerun."""
     stack = opts.stack.for_cell(item.cell)
+    resolved_at = env.resolution.get("resolved_at") if env is not None and env.resolution else None
+    if stack.as_of is None and item.cell.floating and resolved_at:
+        stack = stack.evolve(as_of=as_of_value(str(resolved_at)))
+    return stack
+
+
+def repro_command(opts: RunOptions, item: PlannedItem, env: Environment | None = None) -> str:
+    """The one command that reruns ``item`` alone, as ``opts`` ran it (in ``env``, where it is known)."""
+    matrix = str(opts.matrix.path)
+    stack = item_stack(opts, item, env)
     dirs = repro_dirs_for(opts.selection.repros_dirs, item.module)
     scenario = item.scenario
     if scenario is not None:
@@ -79,7 +93,7 @@ def repro_command(opts: RunOptions, item: PlannedItem) -> str:
         item.cell,
         item.repro_id,
         item.mode,
-        opts.stack,
+        stack,
         opts.cache,
         opts.selection.repros_dirs,
         item.module,

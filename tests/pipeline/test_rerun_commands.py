@@ -83,3 +83,41 @@ def test_a_printed_rerun_command_runs_the_stack_its_item_ran_on(
         assert again[field] == llama[field], field
     stored = json.loads((again_dir / "run.json").read_text())
     assert stored["as_of"] == "2025-03-25" and stored["options"]["pins"] == [["deepspeed", "==0.19.5"]]
+
+
+class ResolvingProvider(RecordingProvider):
+    """As RecordingProvider, and resolves a floating cell as uv's provider does: the environment
+    says when its floating specs were resolved."""
+
+    name: ClassVar[str] = "resolving"
+    RESOLVED_AT: ClassVar[str] = "2026-11-26T21:04:05+00:00"
+
+    def get(self, cell: CellRequest) -> Environment:
+        env = super().get(cell)
+        if any(not spec.startswith("==") for spec in cell.packages.values()):
+            env = dataclasses.replace(env, resolution={"as_of": cell.as_of, "resolved_at": self.RESOLVED_AT})
+        return env
+
+
+def test_a_floating_run_without_as_of_reruns_what_it_resolved_not_what_is_newest(
+    recording: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(PROVIDERS, ResolvingProvider.name, ResolvingProvider)
+    matrix = tmp_path / "matrix.yaml"
+    cells = {
+        "floating": {"provider": "resolving", "lanes": ["ci"], "packages": {"torch": "==2.13.0", "peft": ">=0.15"}},
+        "pinned": {"provider": "resolving", "lanes": ["ci"], "packages": {"torch": "==2.13.0", "peft": "==0.21.2"}},
+    }
+    matrix.write_text(yaml.safe_dump({"version": 1, "lanes": {"ci": "the test's"}, "cells": cells}))
+    monkeypatch.chdir(tmp_path)
+    first = tmp_path / "first"
+    common = ["--repros", "F1", "--modes", "bug", "--launcher", "throwaway", "--cache-dir", str(tmp_path / "cache")]
+    assert main(["run", "--matrix", str(matrix), *common, "--out", str(first)]) in (0, 1)
+    by_cell = {r["cell"]: r for r in map(json.loads, (first / "results.jsonl").read_text().splitlines())}
+    # The floating cell's rerun resolves as of the second its specs were resolved; the pinned one needs no day.
+    assert "--as-of 2026-11-26T21:04:05Z" in by_cell["floating"]["repro_cmd"]
+    assert "--as-of" not in by_cell["pinned"]["repro_cmd"]
+    RecordingProvider.asked.clear()
+    command = shlex.split(by_cell["floating"]["repro_cmd"])
+    assert main([*command[len(program()) :], "--launcher", "throwaway"]) in (0, 1)
+    assert [a["as_of"] for a in RecordingProvider.asked] == ["2026-11-26T21:04:05Z"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis.compare import by_item, paired_records
+from harness.core.as_of import as_of_day
 from harness.core.errors import UserError
 from harness.records.item import ItemRecord
 from harness.records.results import torn_line
@@ -49,10 +50,11 @@ class Night:
         return cls(run.path, run.read_meta(), run.records())
 
     def day(self) -> str:
-        """The day its floating specs were resolved as of: the day before ``--as-of`` (what was
-        released before it), else the day it started."""
+        """The day its floating specs were resolved as of: the day before an ``--as-of`` day (what
+        was released before it), the day of an ``--as-of`` time, else the day it started."""
         if self.meta.as_of:
-            return str(dt.date.fromisoformat(self.meta.as_of) - dt.timedelta(days=1))
+            day = as_of_day(self.meta.as_of)
+            return str(day if "T" in self.meta.as_of else day - dt.timedelta(days=1))
         started = self.meta.started_at or (self.records[0].started_at if self.records else None)
         if started:
             return str(dt.datetime.fromisoformat(started.replace("Z", "+00:00")).date())
