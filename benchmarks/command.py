@@ -51,6 +51,12 @@ class BenchCommand(Command):
         )
         parser.add_argument("--no-jobs", action="store_true", help="items: skip the --jobs 0 harness run")
         parser.add_argument(
+            "--cold-start",
+            action="store_true",
+            help="items: only a fresh clone's make run: the selection into an empty environment cache, then again "
+            "with every environment built; the total, the first record and the split of each",
+        )
+        parser.add_argument(
             "--no-bare",
             action="store_true",
             help="items: time only the harness rounds (no bare torchrun), and print items per minute and the time "
@@ -88,5 +94,6 @@ class BenchCommand(Command):
             cold=not args.no_cold,
             jobs_probe=not args.no_jobs,
             bare=not args.no_bare,
+            cold_start_only=args.cold_start,
         )
         return run_bench(bench, console)

@@ -60,6 +60,12 @@ class ThrowawayProvider:
     def release(self, env: Environment) -> None:
         pass
 
+    def cached(self, cell: CellRequest) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        pass
+
     def readiness(self, env: Environment) -> str:
         return "made ready by the throwaway provider"
 

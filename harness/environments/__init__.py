@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ PROVIDERS: Registry[Callable[[ProviderContext], EnvironmentProvider]] = Registry
     group="ft_regress.providers",
 )
 DEFAULT_PROVIDER = UvProvider.name
+#: A check that found an environment whole this recently, with no item in it since, stands for the
+#: check before its next item (the one after an item and the one before the next, one walk).
+RECHECK_S = 5.0
 
 
 def provider_class(name: str) -> type[EnvironmentProvider]:
@@ -67,18 +71,27 @@ class _SharedExclusive:
         self._cond = threading.Condition()
         self._users = 0
         self._repairing = False
+        #: When an item last began to use it (monotonic seconds).
+        self.entered = -float("inf")
 
     @contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
             self._cond.wait_for(lambda: not self._repairing)
             self._users += 1
+            self.entered = time.monotonic()
         try:
             yield
         finally:
             with self._cond:
                 self._users -= 1
                 self._cond.notify_all()
+
+    @property
+    def idle(self) -> bool:
+        """No item uses it and no repair is under way."""
+        with self._cond:
+            return self._users == 0 and not self._repairing
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -111,6 +124,8 @@ class Environments:
         self._answers: dict[str, Resolved] = {}
         self._lock = threading.Lock()
         self._use: dict[str, _SharedExclusive] = {}
+        #: When each environment was last found whole (monotonic seconds).
+        self._clean: dict[str, float] = {}
 
     @property
     def index(self) -> IndexConfig:
@@ -167,9 +182,39 @@ class Environments:
         """The run no longer needs ``env`` (a bisect's step is over): another run may evict it."""
         self.provider(env.provider).release(env)
 
+    def cached(self, cell: CellRequest) -> bool:
+        """Whether the cell's environment is ready to be had without a build (a cheap look)."""
+        with self._lock:
+            if cell.name in self._answers:
+                return True
+        look = getattr(self.provider(cell.provider), "cached", None)  # optional (``EnvironmentProvider``)
+        try:
+            return bool(look(cell)) if look is not None else False
+        except (EnvironmentUnavailable, OSError, ValueError, TypeError, KeyError, subprocess.SubprocessError):
+            return False
+
+    def cancel_builds(self) -> None:
+        """An interrupt: every provider stops the builds under way on other threads."""
+        with self._lock:
+            providers = list(self._providers.values())
+        for provider in providers:
+            cancel = getattr(provider, "cancel", None)  # optional (``EnvironmentProvider``)
+            if cancel is not None:
+                cancel()
+
     def damage(self, env: Environment) -> list[str]:
         """What changed in ``env`` since it was made ready ([] when nothing did)."""
-        return self.provider(env.provider).damage(env)
+        problems = self.provider(env.provider).damage(env)
+        with self._lock:
+            if problems:
+                self._clean.pop(self._use_key(env), None)
+            else:
+                self._clean[self._use_key(env)] = time.monotonic()
+        return problems
+
+    @staticmethod
+    def _use_key(env: Environment) -> str:
+        return f"{env.provider}:{env.key}"
 
     def readiness(self, env: Environment) -> str:
         return self.provider(env.provider).readiness(env)
@@ -184,8 +229,15 @@ class Environments:
             yield resolved
             return
         with self._lock:
-            use = self._use.setdefault(f"{env.provider}:{env.key}", _SharedExclusive())
-        problems = self.damage(env)
+            use = self._use.setdefault(self._use_key(env), _SharedExclusive())
+            # The check after the previous item (one made while it held the environment), a moment ago,
+            # with no item in it since, stands for this one: a change another process made in between
+            # is then named after this item (INFRA, what changed), not before it.
+            clean = self._clean.get(self._use_key(env))
+            just_checked = (
+                clean is not None and use.idle and clean > use.entered and time.monotonic() - clean < RECHECK_S
+            )
+        problems = [] if just_checked else self.damage(env)
         if problems:
             with use.exclusive():
                 problems = self.damage(env)

@@ -71,8 +71,13 @@ class Environment:
     #: exempted from the cut-off (a package a pin needs newer than the day).
     resolution: dict[str, object] | None = None
     #: A build's seconds by step (``install``: uv, DeepSpeed and its op; ``share``: files linked to
-    #: the store; ``bytecode``; ``manifest``); ``build_s`` is their sum.
+    #: the store; ``manifest``; ``bytecode``: placed from the store); ``build_s`` is their sum.
     build_steps: dict[str, float] | None = None
+    #: Its interpreter's bytecode, as the store names it (``cpython-311-a70d0d0a``); None where none is
+    #: kept for it (``bytecode.py``).
+    interpreter: str | None = None
+    #: Where its worker and ranks keep what their imports compile (``$FT_REGRESS_BYTECODE_STORE``).
+    bytecode_store: str | None = None
 
     def version(self, package: str) -> str | None:
         return self.packages.get(package.lower().replace("_", "-"))
@@ -131,7 +136,12 @@ class CellRequest(Protocol):
 class EnvironmentProvider(Protocol):
     """Builds or finds a cell's environment. A new provider is one module with a class like this,
     plus its line in ``PROVIDERS``; the matrix names it (``provider:``) and the rest of the harness
-    asks it, never which one it is."""
+    asks it, never which one it is.
+
+    Two members are optional (``Environments`` asks for them where they exist): ``cached(cell) ->
+    bool``, whether ``get`` would find the cell's environment ready without building it (a cheap look:
+    the ready ones are made ready first; without it, none is taken to be), and ``cancel()``, an
+    interrupt: stop the builds ``get`` is making on other threads and start none."""
 
     #: Its registered name, as the matrix names it.
     name: ClassVar[str]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from harness.environments.integrity import MANIFEST, damage, digest_of, write_manifest
+from harness.environments.integrity import MANIFEST, changing, damage, digest_of, write_manifest
 
 ENVS = "envs"
 STORE = "store"
@@ -371,8 +371,9 @@ def share_existing(cache_dir: Path, key: str) -> Shared | None:
         if damage(env_dir):
             return None
         tree = Path(json.loads((env_dir / MANIFEST).read_text(encoding="utf-8"))["tree"])
-        shared = share_files(tree, cache_dir)
-        write_manifest(env_dir, tree, shared.digests)
+        with changing(env_dir):  # a check under way elsewhere never sees the links before the manifest
+            shared = share_files(tree, cache_dir)
+            write_manifest(env_dir, tree, shared.digests)
         write_size(env_dir)
         return shared
 

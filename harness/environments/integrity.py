@@ -2,10 +2,12 @@
 
 At the end of a build every entry of the environment's interpreter tree is listed in
 ``manifest.json``: each file with its size, modification and change times, inode, mode and the
-SHA-256 of its content; each symbolic link with its target. Bytecode caches (``__pycache__``) are
-listed like any other file: the build compiles them (``uv.py``), so Python never needs to write
-one, and a ``.pyc`` added or changed later (bytecode Python would load instead of its source) is
-damage like an edited source.
+SHA-256 of its content; each symbolic link with its target. Bytecode (``__pycache__``) is listed
+like any other file: nothing run in the environment writes any (``bytecode.py``), the harness places
+what items compiled and lists it as it does (``add_files``, under ``changing``: a check holds the
+manifest's lock shared, so it never sees a file placed before the manifest lists it), and a ``.pyc``
+added or changed otherwise (bytecode Python would load instead of its source) is damage like an
+edited source.
 
 Before an environment is reused, and before and after every item that runs in it, the tree is
 walked again (a ``stat`` per file: well under a second for a torch environment) and compared.
@@ -20,19 +22,24 @@ again. A file edited, added, removed, re-linked or changed in mode is damage, na
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 MANIFEST = "manifest.json"
+#: Checks hold it shared, a change to a ready environment and its manifest (bytecode placed in) holds
+#: it alone: a check never sees a file added before the manifest that lists it.
+MANIFEST_LOCK = "manifest.lock"
 #: The manifest's format: 2 holds content digests (1, sizes and times only, cannot vouch for content).
 FORMAT = 2
 #: The most differences a reason names.
@@ -255,10 +262,53 @@ def _digests(paths: list[Path]) -> list[str | OSError]:
         return list(pool.map(one, paths))
 
 
+@contextmanager
+def _manifest_locked(env_dir: Path, operation: int) -> Iterator[None]:
+    """``MANIFEST_LOCK`` held (``fcntl.LOCK_SH`` or ``LOCK_EX``); where it cannot be opened (the
+    environment is gone, a read-only cache) there is nothing to coordinate with."""
+    try:
+        handle = open(env_dir / MANIFEST_LOCK, "a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, operation)
+        yield
+
+
+@contextmanager
+def changing(env_dir: Path) -> Iterator[None]:
+    """Hold the environment's files and manifest alone (no check runs meanwhile): to add files to a
+    ready environment and list them (``add_files``)."""
+    with _manifest_locked(env_dir, fcntl.LOCK_EX):
+        yield
+
+
+def listed(env_dir: Path) -> tuple[Path, Mapping[str, FileEntry]] | None:
+    """The manifest's tree and files (None where it is missing or unreadable)."""
+    manifest = _read(env_dir)
+    return None if isinstance(manifest, str) else (manifest.tree, manifest.files)
+
+
+def add_files(env_dir: Path, added: Mapping[str, str]) -> None:
+    """List files just added to the tree (relative path -> the SHA-256 of their content, known to
+    the caller) in the manifest, as they are now. Under ``changing``."""
+    manifest = _read(env_dir)
+    if isinstance(manifest, str):
+        raise OSError(f"cannot add to the manifest: {manifest}")
+    entries = {rel: _entry(os.lstat(manifest.tree / rel), digest) for rel, digest in added.items()}
+    _write(env_dir, manifest.tree, {**manifest.files, **entries}, manifest.links)
+
+
 def damage(env_dir: Path) -> list[str]:
     """What differs from the manifest ([] when nothing); a missing, unreadable or older manifest is
     damage. Where only times or inodes moved and the content is the same, the manifest is brought
     up to date (nothing is damaged, and the next check need not hash those files again)."""
+    with _manifest_locked(env_dir, fcntl.LOCK_SH):
+        return _damage(env_dir)
+
+
+def _damage(env_dir: Path) -> list[str]:
     manifest = _read(env_dir)
     if isinstance(manifest, str):
         return [manifest]

@@ -57,6 +57,9 @@ class PassthroughProvider:
     def release(self, env: Environment) -> None:
         pass
 
+    def cached(self, cell: CellRequest) -> bool:
+        return True
+
     def readiness(self, env: Environment) -> str:
         return "the running interpreter, as it is"
 

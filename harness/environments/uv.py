@@ -22,10 +22,15 @@ build. Where it cannot be built ahead of time (no compiler, a release without th
 DeepSpeed stays as installed and compiles the op at first use, in the environment's own
 ``TORCH_EXTENSIONS_DIR``, as before.
 
+No bytecode is compiled at build: what items import is compiled by their imports, once per
+(interpreter, source) across every environment, kept in the cache's store and placed into each
+environment holding the same source, listed in its manifest (``bytecode.py``); a build places what
+is there already, first for torch (DeepSpeed's setup imports it), then for everything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -34,10 +39,12 @@ import json
 import os
 import platform
 import re
-import resource
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +60,7 @@ from harness.environments.base import (
     ProviderContext,
     installer_reason,
 )
+from harness.environments.bytecode import Placed, interpreter_of, place, place_in_tree, store_dir, write_no_bytecode
 from harness.environments.cache import (
     READY_MARKER,
     Eviction,
@@ -80,7 +88,9 @@ from harness.environments.specs import NEWEST, requirement
 #: 5: bytecode compiled at build, and a manifest of content digests (``integrity.py``).
 #: 6: DeepSpeed without ops, its comm op built once per distinct build and placed in
 #:    (``deepspeed_ops.py``), compiled without debug information (``-g0`` now reaches C++).
-RECIPE_VERSION = 6
+#: 7: no bytecode compiled at build: what items import, compiled once per (interpreter, source) by
+#:    the imports themselves, placed in from the store (``bytecode.py``); nothing run in it writes any.
+RECIPE_VERSION = 7
 #: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
 #: ``DS_ENABLE_NINJA``: the op's two sources compile at once (setup.py otherwise compiles
 #: pre-installed ops one file after the other).
@@ -142,6 +152,12 @@ class UvEnvironments:
         self._pythons: dict[str, tuple[str, str]] = {}
         #: Release dates asked of the index while resolving as of a day (once per package per run).
         self.dates = ReleaseDates(index.index_url or DEFAULT_SIMPLE)
+        #: The bytecode store's state (its directory's mtime) each environment was last completed from.
+        self._bytecode_seen: dict[str, int] = {}
+        #: The installer's processes running now (``cancel`` kills them), and whether it was called.
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._running_lock = threading.Lock()
+        self._cancelled = threading.Event()
 
     # -- key -------------------------------------------------------------------------
     def uv_version(self) -> str:
@@ -200,6 +216,27 @@ class UvEnvironments:
     def env_dir(self, key: str) -> Path:
         return self.cache_dir / "envs" / key
 
+    @property
+    def bytecode_store(self) -> Path:
+        return store_dir(self.cache_dir)
+
+    @contextmanager
+    def _try_locked(self, key: str) -> Iterator[bool]:
+        """The build lock of ``key`` if it is free now (True), else nothing (False)."""
+        lock_path = self.cache_dir / "envs" / f"{key}.lock"
+        try:
+            handle = open(lock_path, "a")  # noqa: SIM115 - closed below
+        except OSError:
+            yield False
+            return
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                yield False
+                return
+            yield True
+
     @contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         lock_path = self.cache_dir / "envs" / f"{key}.lock"
@@ -236,28 +273,32 @@ class UvEnvironments:
                 env = self._build(request, key, env_dir)
                 steps = {"install": time.perf_counter() - started}
                 tree = Path(env.python).parent.parent
+                site = site_packages(env.python)
+                if site is not None:
+                    write_no_bytecode(site)  # nothing run in it from now on writes bytecode into it
                 shared = share_files(tree, self.cache_dir)
                 steps["share"] = time.perf_counter() - started - sum(steps.values())
-                # Bytecode once the sources are as they stay, then shared where another environment
-                # made the same; the manifest reuses the digests sharing computed.
-                self.compile_bytecode(env.python, tree, env_dir / "build.log")
-                bytecode = share_files(tree, self.cache_dir)
-                steps["bytecode"] = time.perf_counter() - started - sum(steps.values())
-                write_manifest(env_dir, tree, {**shared.digests, **bytecode.digests})
+                # The manifest reuses the digests sharing computed; then the bytecode other
+                # environments' items compiled from the same sources, listed in it as it is placed.
+                write_manifest(env_dir, tree, shared.digests)
                 steps["manifest"] = time.perf_counter() - started - sum(steps.values())
+                interpreter = interpreter_of(env.python, self.uv_environ())
+                placed = place(env_dir, self.bytecode_store, interpreter, ready=False) if interpreter else Placed(0)
+                steps["bytecode"] = time.perf_counter() - started - sum(steps.values())
                 env = Environment(
                     **{
                         **asdict(env),
                         "build_s": time.perf_counter() - started,
                         "build_steps": {k: round(v, 1) for k, v in steps.items()},
                         "repaired": repaired,
+                        "interpreter": interpreter,
+                        "bytecode_store": str(self.bytecode_store) if interpreter else None,
                     }
                 )
                 (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
                 (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
                 write_size(env_dir)
-                counts = {k: v + bytecode.counts()[k] for k, v in shared.counts().items()}
-                (env_dir / "shared.json").write_text(json.dumps(counts))
+                (env_dir / "shared.json").write_text(json.dumps({**shared.counts(), "bytecode_placed": placed.files}))
                 (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
             except EnvironmentUnavailable as exc:
                 shutil.rmtree(env_dir, ignore_errors=True)
@@ -275,29 +316,6 @@ class UvEnvironments:
                 raise
             self._used(key, env_dir, cell)
             return env
-
-    def compile_bytecode(self, python: str, tree: Path, log: Path) -> None:
-        """Compile every module of ``tree`` with its own interpreter, as it is built, so that Python
-        never writes bytecode into it later: the manifest lists these, and a ``.pyc`` added or
-        changed afterwards (which Python would load instead of its source) is damage. Hash-based
-        (``checked-hash``): valid while its source's content is, whatever the source's times.
-        A module that does not compile is left as it is (Python cannot import it either)."""
-        args = [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "checked-hash", str(tree)]
-        with open(log, "a") as fh:
-            fh.write(f"$ {' '.join(args)}\n")
-            fh.flush()
-            try:
-                out = subprocess.run(
-                    args,
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    env=self.uv_environ(),
-                    timeout=UV_TIMEOUT_S,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise EnvironmentUnavailable(f"its bytecode could not be compiled with {python}: {exc}") from None
-            fh.write(f"(exit {out.returncode})\n")
 
     def _used(self, key: str, env_dir: Path, cell: str | None) -> None:
         self.holds.hold(key)
@@ -338,10 +356,27 @@ class UvEnvironments:
         return env, ""
 
     def verify(self, env: Environment) -> list[str]:
-        """What changed in ``env`` since it was built ([] when nothing did)."""
+        """What changed in ``env`` since it was built ([] when nothing did). Where nothing did, the
+        bytecode its items (or another environment's) compiled since into the store is placed in and
+        listed (``bytecode.py``), for its next imports: looked for only when the store has changed."""
         if env.path is None:
             return []
-        return damage(Path(env.path))
+        env_dir = Path(env.path)
+        problems = damage(env_dir)
+        if problems or env.interpreter is None or env.bytecode_store is None:
+            return problems
+        store = Path(env.bytecode_store)
+        try:
+            seen = (store / env.interpreter).stat().st_mtime_ns
+        except OSError:
+            return problems
+        if self._bytecode_seen.get(env.key) != seen:
+            with self._try_locked(env.key) as locked:
+                # Not while another process rebuilds it, nor once it is no longer ready.
+                if locked and (env_dir / READY_MARKER).exists():
+                    place(env_dir, store, env.interpreter)
+                    self._bytecode_seen[env.key] = seen
+        return problems
 
     def invalidate(self, env: Environment, reason: str) -> None:
         """Mark a damaged environment so the next use rebuilds it (and say why, beside it)."""
@@ -356,24 +391,58 @@ class UvEnvironments:
     def uv_environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"}}
         env["UV_PYTHON_DOWNLOADS"] = "never"
+        # The build's own Python processes (DeepSpeed's setup) leave no bytecode in the environment, and uv
+        # compiles none: what items import is compiled by the imports and placed from the store (``bytecode.py``).
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("UV_COMPILE_BYTECODE", None)
         env.setdefault("UV_NO_PROGRESS", "1")
         return env
 
-    def _uv(self, args: list[str], log: Path, extra_env: dict[str, str] | None = None) -> None:
+    def _uv(self, args: list[str], log: Path, extra_env: dict[str, str] | None = None) -> float | None:
+        """uv with ``args``, its output appended to ``log``; the CPU seconds it took (what it waited
+        for included: a compiler under it), or None where that is not known."""
         with open(log, "a") as fh:
             fh.write(f"$ {' '.join(f'{k}={v}' for k, v in (extra_env or {}).items())} uv {' '.join(args)}\n")
             fh.flush()
-            out = subprocess.run(
-                [self.uv, *args],
-                capture_output=True,
-                text=True,
-                env={**self.uv_environ(), **(extra_env or {})},
-                timeout=UV_TIMEOUT_S,
-                check=False,
-            )
+            out, cpu_s = self._run([self.uv, *args], {**self.uv_environ(), **(extra_env or {})})
             fh.write(out.stdout + out.stderr + f"(exit {out.returncode})\n")
         if out.returncode != 0:
             raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
+        return cpu_s
+
+    def _run(self, command: list[str], environ: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+        """``command`` to its end (``UV_TIMEOUT_S`` at most), in a process group of its own that
+        ``cancel`` kills with everything it started (a compiler under uv, say); and the CPU seconds of
+        that process and what it waited for (its own, whatever else this process runs meanwhile)."""
+        if self._cancelled.is_set():
+            raise EnvironmentUnavailable("the run was interrupted before this environment was built")
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ, start_new_session=True
+        )
+        with self._running_lock:
+            self._running.add(proc)
+        try:
+            stdout, stderr = _read_both(proc, time.monotonic() + UV_TIMEOUT_S)
+            _, status, usage = os.wait4(proc.pid, 0)  # reaped here: its own resource usage
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        except BaseException:  # a timeout, an interrupt on this thread: nothing of it outlives us
+            _kill_group(proc)
+            raise
+        finally:
+            with self._running_lock:
+                self._running.discard(proc)
+        if self._cancelled.is_set():
+            raise EnvironmentUnavailable("the run was interrupted while this environment was built")
+        text = (stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+        return subprocess.CompletedProcess(command, proc.returncode, *text), usage.ru_utime + usage.ru_stime
+
+    def cancel(self) -> None:
+        """Stop every build under way (their process groups killed) and start none from now on."""
+        self._cancelled.set()
+        with self._running_lock:
+            running = list(self._running)
+        for proc in running:
+            _kill_group(proc)
 
     def lock(self, request: EnvRequest) -> Lock:
         """What ``request``'s floating specs resolve to now (or as of its day): ``locks.py``."""
@@ -429,6 +498,9 @@ class UvEnvironments:
             # then build DeepSpeed against it.
             first = [requirement("torch", packages["torch"]), "setuptools", "wheel", "ninja"]
             self._uv([*self._install_args(python, request), *first], log)
+            interpreter = interpreter_of(python, self.uv_environ())
+            if interpreter is not None:  # DeepSpeed's setup imports torch: compiled once, not by every build
+                place_in_tree(venv, self.bytecode_store, interpreter)
             packages["torch"] = f"=={list_distributions(python).packages['torch']}"
             deepspeed_ops = self._install_deepspeed(python, request, packages, log)
         requirements = [requirement(name, spec) for name, spec in sorted(packages.items())]
@@ -526,15 +598,18 @@ class UvEnvironments:
                         return done(prebuilt=prebuilt_ops(python), op="shared")
                     except GraftFailed as exc:
                         return done(why=f"the shared build of its comm op could not be placed: {exc}")
-                compile_started, cpu_before = time.perf_counter(), _children_cpu_s()
+                compile_started = time.perf_counter()
                 try:
                     # DeepSpeed's own setup with the op, over the install without; a throwaway uv
                     # cache, so that the pair's cache keeps only wheels without ops.
-                    self._uv([*install, "--reinstall-package", "deepspeed", "--no-cache", spec], log, extra_env=environ)
+                    cpu_s = self._uv(
+                        [*install, "--reinstall-package", "deepspeed", "--no-cache", spec], log, extra_env=environ
+                    )
                 except EnvironmentUnavailable as exc:
                     return done(why=exc.reason)  # as installed without ops: the op compiles at first use
                 harvest(site, op_dir)
-                found["op_build_cpu_s"] = round(_children_cpu_s() - cpu_before, 1)  # the compiler's, all cores
+                if cpu_s is not None:
+                    found["op_build_cpu_s"] = round(cpu_s, 1)  # uv's and the compiler's, all cores
                 return done(
                     prebuilt=prebuilt_ops(python),
                     op="built",
@@ -544,10 +619,35 @@ class UvEnvironments:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _children_cpu_s() -> float:
-    """CPU seconds (user and system) of this process's finished children so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        proc.wait()
+
+
+def _read_both(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes]:
+    """Everything ``proc`` writes to its stdout and stderr until it closes both (``TimeoutExpired``
+    past ``deadline``), read together so that neither pipe fills."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out: [], err: []}
+    with selectors.DefaultSelector() as selector:
+        selector.register(out, selectors.EVENT_READ)
+        selector.register(err, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, UV_TIMEOUT_S)
+            for key, _ in selector.select(timeout=min(left, 60.0)):
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+    proc.stdout.close()
+    proc.stderr.close()
+    return b"".join(chunks[out]), b"".join(chunks[err])
 
 
 def _split(requirement: str) -> tuple[str, str]:
@@ -654,3 +754,16 @@ class UvProvider:
 
     def release(self, env: Environment) -> None:
         self.builder.release(env.key)
+
+    def cached(self, cell: CellRequest) -> bool:
+        """Whether the cell's environment is built and ready (a floating cell cannot tell without
+        resolving: False)."""
+        request = self._request(cell)
+        if cell.lock is not None:
+            request = dataclasses.replace(request, lock=cell.lock)
+        elif request.floating or request.as_of is not None:
+            return False
+        return (self.builder.env_dir(self.builder.key(request)) / READY_MARKER).exists()
+
+    def cancel(self) -> None:
+        self.builder.cancel()

@@ -21,6 +21,7 @@ each cell's environment is appended to the run directory's ``cells.jsonl`` as it
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import resource
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,8 +39,10 @@ from harness.core.text import plain
 from harness.environments import Environments
 from harness.execution.containment import cgroups
 from harness.execution.containment.leftovers import sweep_dead_runs
+from harness.execution.scheduler import Machine
 from harness.pipeline.cell_state import cell_meta
 from harness.pipeline.dispatch import Dispatch, ItemPolicy
+from harness.pipeline.environment_stage import EnvironmentStage, ReadyCell, builders_for
 from harness.pipeline.executors import Executor, ExecutorContext, make_executor
 from harness.pipeline.observe import broken_record
 from harness.pipeline.signals import RunInterrupted, stop_signals
@@ -279,6 +282,10 @@ class RunSession:
 
             def record(item_record: ItemRecord) -> None:
                 writer.append(item_record)
+                if self.meta.first_record_at is None:
+                    self.meta = self.meta.evolve(
+                        first_record_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+                    )
                 self.records.append(item_record)
                 progress.finished(item_record)
 
@@ -318,21 +325,36 @@ class RunSession:
             self._environments_on_nodes(todo.by_cell(), dispatch)
 
     def _environments_here(self, run_dir: RunDir, by_cell: dict[str, list[PlannedItem]], dispatch: Dispatch) -> None:
-        for cell_name, items in by_cell.items():
-            cell = items[0].cell
-            if self.opts.executor.jobs == 1:
-                # One item at a time: nothing else runs while an environment is built.
-                dispatch.drain()
-            self._doing(f"{cell_name}: environment")
-            resolved = self.environments.for_cell(cell)
+        """Each cell's items as soon as its environment is ready, the environments made ready in the
+        background meanwhile (``environment_stage.py``)."""
+        cells = [items[0].cell for items in by_cell.values()]
+        counts = {name: len(items) for name, items in by_cell.items()}
+        stage = EnvironmentStage(self.environments, cells, builders_for(Machine.detect(), len(cells)), counts)
+
+        def items_of(ready: ReadyCell) -> None:
+            cell, resolved = ready.cell, ready.resolved
             if resolved.env is not None:
-                self._say(f"{cell_name}: environment {resolved.env.key} {self.environments.readiness(resolved.env)}")
+                self._say(f"{cell.name}: environment {resolved.env.key} {self.environments.readiness(resolved.env)}")
                 if resolved.env.repaired:
-                    self._say(f"{cell_name}: {resolved.env.repaired}")
+                    self._say(f"{cell.name}: {resolved.env.repaired}")
             else:
-                self._say(f"{cell_name}: environment unavailable\n{resolved.reason}")
-            self._cell_ready(run_dir)(cell_name, cell_meta(cell, resolved))
-            dispatch.submit(items, resolved)
+                self._say(f"{cell.name}: environment unavailable\n{resolved.reason}")
+            self._cell_ready(run_dir)(cell.name, cell_meta(cell, resolved))
+            dispatch.submit(by_cell[cell.name], resolved)
+            underway = stage.underway()
+            if underway:
+                self._doing(f"environments: {', '.join(underway)}")
+
+        prepare = getattr(dispatch.executor, "prepare", None)  # optional (``Executor``)
+
+        def on_ready(ready: ReadyCell) -> None:
+            if prepare is not None:
+                prepare(ready.resolved, ready.cell.name)
+
+        try:
+            stage.dispatch_as_ready(dispatch, items_of, one_at_a_time=self.opts.executor.jobs == 1, on_ready=on_ready)
+        finally:
+            self.meta = self.meta.evolve(environment_stage=stage.describe())
 
     def _environments_on_nodes(self, by_cell: dict[str, list[PlannedItem]], dispatch: Dispatch) -> None:
         """Each node makes the cell's environment ready itself (its first item says how), from one lock

@@ -127,6 +127,12 @@ class RunMeta(_Meta):
     cells: dict[str, CellMeta] = Field(default_factory=dict)
     shard: ShardMeta | None = None
     concurrency: dict[str, JsonValue] | None = None
+    #: How the cells' environments were made ready (``harness/pipeline/environment_stage.py``): the
+    #: order, how many at once, when each started and was ready (seconds from the run's start), and
+    #: how long no item ran because none had its environment yet (``waited_s``).
+    environment_stage: dict[str, JsonValue] | None = None
+    #: When the run's first record was written (to the millisecond).
+    first_record_at: str | None = None
     orchestrator_peak_rss_bytes: int | None = None
 
     @classmethod

@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from repros.runtime.bytecode import keep_compiled
 from repros.runtime.lifeline import become_subreaper, children, join_cgroup, kill_cgroup, kill_descendants
 from repros.runtime.record import open_log
 
@@ -441,6 +442,8 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
     # A process whose item leader died is re-parented here, not to init: it is ended (``_end_strays``).
     become_subreaper()
     started = time.perf_counter()
+    # What the imports compile is kept for the environment's next starts (and its ranks inherit it).
+    keep_compiled()
     took, failed, deferred = preload(modules)
     comm_op = warm_deepspeed_comm_op()
     _reply(

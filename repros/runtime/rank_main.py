@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from repros.runtime.bytecode import keep_compiled
 from repros.runtime.context import Meters, RankContext, imported_versions, installed_versions
 from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     # A rank dies with whatever started it (the item leader, or torchrun): nothing of an item
     # outlives its launcher, even when the orchestrator above it is killed.
     die_with_parent(os.getppid())
+    keep_compiled()  # what this rank's imports compile, kept for the environment (done where forked)
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

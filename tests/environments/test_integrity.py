@@ -11,19 +11,21 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
+import venv as venv_module
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import repros
 from harness.config.model import Cell
 from harness.environments import Environment, Environments, EnvRequest
 from harness.environments import integrity as integrity_module
 from harness.environments.cache import STORE
 from harness.environments.integrity import MANIFEST, damage, write_manifest
 from harness.environments.uv import UvProvider, extensions_dir_for
+from repros.runtime.bytecode import STORE_VARIABLE
 from tests.environments.test_environments import REQUEST, FakeBuilds
 
 #: What every environment of the same torch holds: shared through the store (16 KiB or more).
@@ -49,15 +51,14 @@ class RealTreeBuilds(FakeBuilds):
     def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
         self.builds += 1
         venv = env_dir / "venv"
-        (venv / "bin").mkdir(parents=True)
-        os.symlink(sys.executable, venv / "bin" / "python")
+        # A real virtual environment (its site-packages processed at start), without pip.
+        venv_module.create(venv, with_pip=False, symlinks=True)
         packages = venv / "lib" / "python3.11" / "site-packages"
         for rel, text in MODULES.items():
             (packages / rel).parent.mkdir(parents=True, exist_ok=True)
             (packages / rel).write_text(text)
         (packages / "torch").mkdir()
         (packages / "torch" / "_C.so").write_bytes(TORCH_SO)
-        os.symlink("lib", venv / "lib64")
         return Environment(
             key=key,
             python=str(venv / "bin" / "python"),
@@ -132,18 +133,24 @@ def planted_bytecode(source: Path, code: str) -> bytes:
     return bytes(_bootstrap_external._code_to_hash_pyc(compiled, source_hash, True))
 
 
-def imported_lora(env: Environment) -> str:
+def imported_lora(env: Environment, keep: Path | None = None) -> str:
+    """``peft.tuners.LORA`` as the environment's Python imports it, with bytecode writing on (as on a
+    user's machine); ``keep``: a bytecode store its imports keep what they compile in, as a rank's do."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", STORE_VARIABLE)}
     out = subprocess.run(
         [
             env.python,
             "-c",
-            "import sys; sys.path.insert(0, sys.argv[1]); import peft.tuners as t; print(t.LORA)",
+            "import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]); "
+            "from repros.runtime.bytecode import keep_compiled; keep_compiled(); "
+            "import peft.tuners as t; print(t.LORA)",
             str(site(env)),
+            str(Path(repros.__file__).parent.parent),
         ],
         capture_output=True,
         text=True,
         check=True,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        env={**environ, **({STORE_VARIABLE: str(keep)} if keep else {})},
     )
     return out.stdout.strip()
 
@@ -152,8 +159,10 @@ def test_planted_bytecode_that_python_loads_instead_of_the_source_is_damage(tmp_
     builds = RealTreeBuilds(tmp_path)
     first = builds.get(REQUEST)
     tuners = site(first) / "peft" / "tuners.py"
+    imported_lora(first, keep=builds.bytecode_store)  # an item's import: its bytecode kept, then placed
+    assert builds.verify(first) == []
     pyc = cached_pyc(tuners)
-    pyc.parent.mkdir(exist_ok=True)
+    assert pyc.is_file()
     pyc.write_bytes(planted_bytecode(tuners, "LORA = 'planted'"))
     assert imported_lora(first) == "planted"  # the source is untouched; Python runs the planted code
     (problem,) = builds.verify(first)

@@ -20,7 +20,7 @@ from harness.environments import Environment
 from harness.execution.containment import cgroups
 from harness.execution.containment.processes import TOKEN_VARIABLE, processes_in_session
 from harness.execution.launchers import LaunchRequest
-from harness.execution.launchers.cell_worker import CellWorker, WorkerGone, WorkerPool
+from harness.execution.launchers.cell_worker import MAX_LIVE_FOR_AHEAD, CellWorker, WorkerGone, WorkerPool
 from repros.runtime.cell_server import fork_hazards
 from tests.support.fake_stack import this_interpreter
 from tests.support.paths import REPO_ROOT
@@ -248,3 +248,32 @@ def test_a_retired_worker_takes_no_more_items_and_the_pool_waits_for_it_only_at_
     assert fresh is not None and fresh is not worker and fresh.alive
     pool.close()
     assert not _alive(pid) and not fresh.alive
+
+
+def test_queued_cells_workers_start_ahead_of_their_first_items_a_few_at_a_time(tmp_path) -> None:
+    """While one cell's items run, the next queued cells' workers start, so their first items do not
+    wait for the imports; never more than ``MAX_LIVE_FOR_AHEAD`` alive at once."""
+    pool = WorkerPool(tmp_path / "workers", server_args=SERVER_ARGS)
+    envs = [replace(_env(tmp_path), key=f"cell{i}") for i in range(MAX_LIVE_FOR_AHEAD + 1)]
+    names = [env.key for env in envs]
+    try:
+        running = pool.get(envs[0], names[0])
+        assert running is not None
+        for env in envs[1:]:
+            pool.prepare(env, env.key)
+        deadline = time.monotonic() + 60
+        while len(pool.started_by_cell()) < MAX_LIVE_FOR_AHEAD and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert set(pool.started_by_cell()) == set(names[:MAX_LIVE_FOR_AHEAD])  # the last waits for room
+        ahead = pool.get(envs[1], names[1])
+        assert ahead is not None and ahead.info is not None
+        assert ahead.info.pid == pool.started_by_cell()[names[1]].pid  # the one started ahead
+        pool.retire(envs[0])  # the first cell is done: the last one's starts now
+        while names[-1] not in pool.started_by_cell() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert names[-1] in pool.started_by_cell()
+        assert ahead.launch(item(ahead.env, "ok", 1, tmp_path / "a", 30)).returncode == 0
+    finally:
+        pool.close()
+    assert not any(w.alive for w in [running, ahead])

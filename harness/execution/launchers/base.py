@@ -56,7 +56,9 @@ class LauncherContext:
 class Launcher(Protocol):
     """Starts an item's ranks in a cell's environment and returns once every process of the item
     is gone: ``launch`` (thread-safe), ``cell_done`` when a cell's last item finished, ``describe``
-    for ``run.json``, ``abort`` on an interrupt, ``close`` at the end of the run."""
+    for ``run.json``, ``abort`` on an interrupt, ``close`` at the end of the run. Optional:
+    ``prepare(env, cell)``, a cell's items are queued: start ahead what they will need (the worker
+    launcher: the cell's pre-imported worker)."""
 
     #: Its registered name, recorded in every record it launched (``launcher``).
     name: str

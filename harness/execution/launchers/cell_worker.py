@@ -121,6 +121,8 @@ class CellWorker:
         #: Items this worker is running now, and when it last started one (for the pool's LRU).
         self.in_flight = 0
         self.last_used = 0.0
+        #: Whether an item asked for it (one started ahead of its cell's items has not been, yet).
+        self.served = False
 
     # -- life ----------------------------------------------------------------------------
     @property
@@ -391,11 +393,14 @@ def _failed_rank_codes(path: Path) -> dict[int, int]:
 
 #: Idle workers kept alive at most (each holds a full set of imports, ~0.6 GiB here).
 MAX_IDLE_WORKERS = 2
+#: Workers alive at once, at most, counting those started ahead of their cell's first item
+#: (``prepare``): one running items, two ahead (a cell of two items is over before one could start).
+MAX_LIVE_FOR_AHEAD = 3
 
 
 class WorkerPool:
-    """One worker per environment, started on first use and restarted after a death; beyond
-    ``max_idle`` live workers, the least recently used idle ones are closed."""
+    """One worker per environment, started on first use (or ahead of it, ``prepare``) and restarted
+    after a death; beyond ``max_idle`` live workers, the least recently used idle ones are closed."""
 
     def __init__(self, log_dir: Path, server_args: tuple[str, ...] = (), max_idle: int = MAX_IDLE_WORKERS) -> None:
         self.log_dir = log_dir
@@ -404,34 +409,100 @@ class WorkerPool:
         self._workers: dict[str, CellWorker] = {}
         self._unavailable: dict[str, str] = {}
         self._cells: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        #: Workers being started now, by environment (``get`` waits for one rather than start another).
+        self._starting: dict[str, CellWorker] = {}
+        #: Cells whose items are queued, whose worker is started ahead once few enough are alive.
+        self._ahead: list[tuple[Environment, str]] = []
+        self._ahead_thread: threading.Thread | None = None
+        self._closed = False
         #: Retired workers still exiting (``close_in_background``): waited for by ``close``.
         self._closing: list[threading.Thread] = []
 
-    def get(self, env: Environment, name: str) -> CellWorker | None:
-        """The environment's live worker, or None (with ``reason(env)``) where it cannot run one."""
-        key = f"{env.key}:{env.python}"
+    @staticmethod
+    def _key(env: Environment) -> str:
+        return f"{env.key}:{env.python}"
+
+    def get(self, env: Environment, name: str, ahead: bool = False) -> CellWorker | None:
+        """The environment's live worker, or None (with ``reason(env)``) where it cannot run one;
+        ``ahead``: started before an item asks for it (``prepare``)."""
+        key = self._key(env)
         with self._lock:
             self._cells.setdefault(name, key)
-            worker = self._workers.get(key)
-            if worker is not None and worker.alive:
-                return worker
-            if key in self._unavailable:
-                return None
+            while True:
+                worker = self._workers.get(key)
+                if worker is not None and worker.alive:
+                    worker.served = worker.served or not ahead
+                    return worker
+                if key in self._unavailable:
+                    return None
+                if key not in self._starting:
+                    break
+                self._lock.wait()  # started ahead, or by another item of the cell: that one
             if worker is not None:
                 worker.close()
             worker = CellWorker(env, self.log_dir / f"worker-{name}.log", server_args=self.server_args)
+            self._starting[key] = worker
             self._close_idle(keep=key)
-            try:
-                worker.start()
-            except WorkerUnavailable as exc:
-                self._unavailable[key] = exc.reason
+        try:
+            worker.start()  # without the pool's lock: another cell's item may start meanwhile
+        except WorkerUnavailable as exc:
+            with self._lock:
+                if not self._closed:
+                    self._unavailable[key] = exc.reason
+                self._starting.pop(key, None)
+                self._lock.notify_all()
+            return None
+        except BaseException:
+            with self._lock:
+                self._starting.pop(key, None)
+                self._lock.notify_all()
+            raise
+        with self._lock:
+            self._starting.pop(key, None)
+            self._lock.notify_all()
+            if self._closed:  # closed while it started: nothing will use it
+                worker.close_in_background()
                 return None
+            worker.served = not ahead
             self._workers[key] = worker
-            return worker
+        return worker
+
+    def prepare(self, env: Environment, name: str) -> None:
+        """The cell's items are queued: start its worker ahead of its first item, on a thread of the
+        pool's, once fewer than ``MAX_LIVE_FOR_AHEAD`` workers are alive."""
+        with self._lock:
+            if self._closed:
+                return
+            self._ahead.append((env, name))
+            if self._ahead_thread is None:
+                self._ahead_thread = threading.Thread(target=self._start_ahead, name="workers-ahead", daemon=True)
+                self._ahead_thread.start()
+            self._lock.notify_all()
+
+    def _live(self) -> int:
+        return sum(1 for w in self._workers.values() if w.alive) + len(self._starting)
+
+    def _start_ahead(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._closed or (self._ahead and self._live() < MAX_LIVE_FOR_AHEAD))
+                if self._closed:
+                    return
+                env, name = self._ahead.pop(0)
+                key = self._key(env)
+                worker = self._workers.get(key)
+                if (worker is not None and worker.alive) or key in self._unavailable or key in self._starting:
+                    continue
+            self.get(env, name, ahead=True)
 
     def _close_idle(self, keep: str) -> None:
-        idle = [(w.last_used, k) for k, w in self._workers.items() if k != keep and w.alive and w.in_flight == 0]
+        # Not one started ahead whose cell's items have not come yet: they will.
+        idle = [
+            (w.last_used, k)
+            for k, w in self._workers.items()
+            if k != keep and w.alive and w.in_flight == 0 and w.served
+        ]
         for _, key in sorted(idle)[: max(0, len(idle) - self.max_idle + 1)]:
             self._workers[key].close()
 
@@ -439,18 +510,24 @@ class WorkerPool:
         """Close the environment's worker (its cell is done) without waiting for it to exit; a later
         ``get`` starts a new one."""
         with self._lock:
-            worker = self._workers.get(f"{env.key}:{env.python}")
+            worker = self._workers.get(self._key(env))
             if worker is not None:
                 self._closing = [t for t in self._closing if t.is_alive()]
                 self._closing.append(worker.close_in_background())
+            self._lock.notify_all()  # one fewer alive: the next cell's may start ahead
 
     def abort(self) -> None:
         """Kill every worker now (an interrupt); the items they forked are killed by their groups."""
-        for worker in list(self._workers.values()):
+        with self._lock:
+            self._closed = True
+            self._ahead.clear()
+            self._lock.notify_all()
+            workers = [*self._workers.values(), *self._starting.values()]
+        for worker in workers:
             worker.kill()
 
     def reason(self, env: Environment) -> str:
-        return self._unavailable.get(f"{env.key}:{env.python}", "")
+        return self._unavailable.get(self._key(env), "")
 
     def started_by_cell(self) -> dict[str, WorkerInfo]:
         """The last worker started for each cell (by the cell's name)."""
@@ -466,6 +543,10 @@ class WorkerPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
+            self._ahead.clear()
+            self._lock.notify_all()
+            self._lock.wait_for(lambda: not self._starting, timeout=READY_TIMEOUT_S)
             for worker in self._workers.values():
                 worker.close()
             closing, self._closing = self._closing, []

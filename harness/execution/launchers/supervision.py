@@ -33,6 +33,7 @@ from harness.environments import Environment, provider_class
 from harness.execution.containment.cgroups import ItemCgroup
 from harness.execution.containment.processes import TOKEN_VARIABLE
 from harness.records.rank import read_rank_record
+from repros.runtime.bytecode import STORE_VARIABLE as BYTECODE_STORE_VARIABLE
 from repros.runtime.lifeline import ORCHESTRATOR_VARIABLE, kill_descendants, orchestrator_marker
 from repros.runtime.record import rank_record_path
 
@@ -83,6 +84,11 @@ def rank_environment(env: Environment, world_size: int, token: str = "") -> dict
         TRANSFORMERS_OFFLINE="1",
         HF_HUB_DISABLE_TELEMETRY="1",
     )
+    if env.bytecode_store:
+        # What the ranks' imports compile is kept for the environment (``repros/runtime/bytecode.py``).
+        base[BYTECODE_STORE_VARIABLE] = env.bytecode_store
+    else:
+        base.pop(BYTECODE_STORE_VARIABLE, None)
     # Which orchestrator the item's processes belong to: a later run stops what a killed one left.
     base[ORCHESTRATOR_VARIABLE] = ORCHESTRATOR
     if token:

@@ -40,6 +40,10 @@ class WorkerLauncher:
         result.fallback_reason = self.pool.reason(request.env) or "the cell's worker went away before the item started"
         return result
 
+    def prepare(self, env: Environment, cell: str) -> None:
+        """The cell's items are queued: its worker starts ahead of the first (``WorkerPool.prepare``)."""
+        self.pool.prepare(env, cell)
+
     def cell_done(self, env: Environment) -> None:
         self.pool.retire(env)
 

@@ -100,7 +100,9 @@ class ExecutorContext:
 class Executor(Protocol):
     """Runs attempts: ``place`` holds what one item needs for all its attempts (local: cores and
     GPUs; a cluster: nothing, its scheduler does), ``attempt`` runs one and returns its record or
-    raises ``ItemLost``; ``in_flight`` is how many items to keep submitted at once."""
+    raises ``ItemLost``; ``in_flight`` is how many items to keep submitted at once. Optional:
+    ``prepare(resolved, cell)``, a cell's environment is ready and its items will come (local: its
+    worker may start ahead)."""
 
     name: str
     #: True where the orchestrator makes each cell's environment before its items (local); False

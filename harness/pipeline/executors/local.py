@@ -8,6 +8,7 @@ it too (``node.py``), with the node's own launcher and environments."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
@@ -39,6 +40,9 @@ class LocalExecutor:
             context.choice.launcher, LauncherContext(log_dir=context.log_dir or context.run_dir.workers_dir)
         )
         self.environments = context.environments
+        #: Cells whose environment was made ready and whose items are not all done, by environment.
+        self._queued: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     @cached_property
     def machine(self) -> Machine:
@@ -69,9 +73,27 @@ class LocalExecutor:
         assert resolved is not None, "the local executor runs items of cells whose environment was asked for"
         return Attempted(observe_item(job, resolved, self.run_dir, self.launcher, gpus, self.environments))
 
+    def prepare(self, resolved: Resolved, cell: str) -> None:
+        """The cell's environment is ready and its items will come: the launcher may start what they
+        need ahead (a pre-imported worker), where it can."""
+        if resolved.env is None:
+            return
+        with self._lock:
+            self._queued[resolved.env.key] = self._queued.get(resolved.env.key, 0) + 1
+        prepare = getattr(self.launcher, "prepare", None)  # optional (``Launcher``)
+        if prepare is not None:
+            prepare(resolved.env, cell)
+
     def cell_done(self, resolved: Resolved | None) -> None:
-        if resolved is not None and resolved.env is not None:
-            self.launcher.cell_done(resolved.env)
+        if resolved is None or resolved.env is None:
+            return
+        with self._lock:
+            left = self._queued.get(resolved.env.key, 0) - 1
+            if left > 0:
+                self._queued[resolved.env.key] = left
+                return  # another queued cell uses the same environment: what it keeps serves that one too
+            self._queued.pop(resolved.env.key, None)
+        self.launcher.cell_done(resolved.env)
 
     def abort(self) -> None:
         kill_in_flight()
