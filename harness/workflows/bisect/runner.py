@@ -206,17 +206,20 @@ class StepRunner:
         return observed
 
     def _stack(self, point: str, cell: Cell) -> StackChoice:
-        """What chose the point's stack, for its rerun command: every package the step's cell holds
-        otherwise than its matrix cell (the point's, and those the base cell was given: ``watch``
-        bisects at last night's versions), and the day floating specs resolve as of (the end of the
-        point's day, or the bisect's ``--as-of``)."""
+        """What chose the point's stack, for its rerun command: the point's own pins, always (the
+        rerun names the version it tried even where the matrix cell holds it today, so that it still
+        does when the matrix moves), every other package the step's cell holds otherwise than its
+        matrix cell (those the base cell was given: ``watch`` bisects at last night's versions), and
+        the day floating specs resolve as of (the end of the point's day, or the bisect's ``--as-of``)."""
         run = self.opts.run
         declared = run.matrix.cells.get(cell.origin or cell.name)
-        pins = tuple(
-            (name, spec)
-            for name, spec in sorted(cell.packages.items())
+        chosen = {
+            name: spec
+            for name, spec in cell.packages.items()
             if declared is None or declared.packages.get(name) != spec
-        )
+        }
+        chosen.update(self.axis.pins(point) if isinstance(self.axis, VersionAxis) else ())
+        pins = tuple(sorted(chosen.items()))
         as_of = DateAxis.as_of(point) if isinstance(self.axis, DateAxis) else run.stack.as_of
         return run.stack.evolve(pins=pins, as_of=as_of)
 
