@@ -74,7 +74,7 @@ class Option:
         if self.kind == "int":
             kwargs["type"] = whole_number(self.flags[0], self.minimum)
         if self.kind == "date":
-            kwargs["type"] = _past_day(self.flags[0])
+            kwargs["type"] = _past_as_of(self.flags[0])
         if self.kind == "gb":
             kwargs["type"] = gigabytes(self.flags[0])
         if self.kind == "choice":
@@ -84,7 +84,7 @@ class Option:
         return kwargs
 
 
-def _past_day(flag: str) -> Callable[[str], str]:
+def _past_as_of(flag: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         try:
             moment = as_of_value(value)
