@@ -30,12 +30,28 @@ from repros.trainer.tiny_models import is_decoder_layer, model_inputs
 # --------------------------------------------------------------------------- engines
 
 
+def make_optimizer(scenario: Scenario, params: list[Any]) -> Any:
+    """The optimizer every engine trains the adapters with (DeepSpeed's as its client optimizer): torch's
+    AdamW (no fused or CPU Adam to JIT-build), or bitsandbytes' AdamW8bit (``Scenario.optimizer``)."""
+    import torch
+
+    if scenario.optimizer == "adamw8bit":
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(params, lr=scenario.learning_rate)
+    if scenario.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=scenario.learning_rate)
+    return torch.optim.AdamW(params, lr=scenario.learning_rate)
+
+
 class _Engine:
     """The few operations the loop needs, per engine. A subclass sets ``wrapped`` (what the
-    loop calls) and, unless it steps through its own engine, ``optimizer``."""
+    loop calls), ``client_optimizer`` (the optimizer it built, which steps the adapters) and,
+    unless it steps through its own engine, ``optimizer``."""
 
     wrapped: Any
     optimizer: Any
+    client_optimizer: Any
 
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
         self.scenario, self.ctx, self.model = scenario, ctx, model
@@ -53,8 +69,14 @@ class _Engine:
     def full_param(self, param: Any) -> Any:
         return param.detach().float().clone()
 
+    def full_grad(self, param: Any) -> Any:
+        """The parameter's whole gradient as a float32 copy (None: it has none). A collective under
+        ZeRO and FSDP: every rank calls it."""
+        return None if param.grad is None else param.grad.detach().float().clone()
+
     def full_grad_norm(self, param: Any) -> float | None:
-        return None if param.grad is None else float(param.grad.detach().float().norm())
+        grad = self.full_grad(param)
+        return None if grad is None else float(grad.norm())
 
     # What the loop reads; an engine whose parameters are not the model's own overrides these.
     def adapters(self) -> list[tuple[str, Any]]:
@@ -65,6 +87,9 @@ class _Engine:
 
     def full_grad_norms(self, adapters: list[tuple[str, Any]]) -> dict[str, float | None]:
         return {name: self.full_grad_norm(p) for name, p in adapters}
+
+    def full_grads(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        return {name: self.full_grad(p) for name, p in adapters}
 
 
 def deepspeed_config(scenario: Scenario) -> dict[str, Any]:
@@ -80,17 +105,18 @@ def deepspeed_config(scenario: Scenario) -> dict[str, Any]:
         zero["stage3_allgather_sequential"] = True
     return {
         "train_micro_batch_size_per_gpu": scenario.batch_size,
-        "gradient_accumulation_steps": 1,
+        "gradient_accumulation_steps": scenario.gradient_accumulation_steps,
         "bf16": {"enabled": scenario.bf16},
         "zero_optimization": zero,
         "steps_per_print": 10**9,
+        # ZeRO refuses a client optimizer it has not tested (torch's AdamW and Adam are) unless told.
+        **({"zero_allow_untested_optimizer": True} if scenario.optimizer != "adamw" else {}),
     }
 
 
 class _DeepSpeedEngine(_Engine):
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
         import deepspeed
-        import torch
 
         super().__init__(scenario, ctx, model)
         if scenario.zero3_moe_leaf_modules:
@@ -98,8 +124,10 @@ class _DeepSpeedEngine(_Engine):
 
             mark_moe_blocks_leaf(model)
         # A torch optimizer as the client optimizer: no fused/cpu Adam JIT build.
-        optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
-        self.wrapped, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(scenario))
+        self.client_optimizer = make_optimizer(scenario, [p for _, p in adapter_parameters(model)])
+        self.wrapped, *_ = deepspeed.initialize(
+            model=model, optimizer=self.client_optimizer, config=deepspeed_config(scenario)
+        )
 
     def backward(self, loss: Any) -> None:
         self.wrapped.backward(loss)
@@ -111,13 +139,30 @@ class _DeepSpeedEngine(_Engine):
         from deepspeed.utils import safe_get_full_fp32_param
 
         value = safe_get_full_fp32_param(param)
+        if value is None and not hasattr(param, "ds_id"):
+            # No ZeRO optimizer holds it (stage 0): its float32 master where a mixed-precision wrapper keeps
+            # one (bf16), else the module's own parameter.
+            value = _stage0_master(self.wrapped.optimizer, param)
         return None if value is None else value.detach().float().clone()
 
-    def full_grad_norm(self, param: Any) -> float | None:
+    def full_grad(self, param: Any) -> Any:
         from deepspeed.utils import safe_get_full_grad
 
         grad = safe_get_full_grad(param)
-        return None if grad is None else float(grad.detach().float().norm())
+        if grad is None and not hasattr(param, "ds_id"):
+            grad = param.grad
+        return None if grad is None else grad.detach().float().clone()
+
+
+def _stage0_master(optimizer: Any, param: Any) -> Any:
+    """The float32 master copy DeepSpeed's mixed-precision wrapper of ZeRO stage 0 keeps of ``param``
+    (``fp16_groups`` beside ``fp32_groups``), or ``param`` itself where there is none."""
+    lows, highs = getattr(optimizer, "fp16_groups", None) or (), getattr(optimizer, "fp32_groups", None) or ()
+    for low, high in zip(lows, highs, strict=False):
+        for low_param, high_param in zip(low, high, strict=False):
+            if low_param is param:
+                return high_param
+    return param
 
 
 class _AutocastEngine(_Engine):
@@ -132,9 +177,19 @@ class _AutocastEngine(_Engine):
             return self.wrapped(**model_inputs(batch, labels=True)).loss
 
 
+class _SingleEngine(_AutocastEngine):
+    """One process, the model as it is (no wrapper): what a user trains on one device."""
+
+    def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
+        super().__init__(scenario, ctx, model)
+        model.to(ctx.device)
+        self.wrapped = model
+        self.optimizer = self.client_optimizer = make_optimizer(scenario, [p for _, p in adapter_parameters(model)])
+        self._autocast = scenario.bf16
+
+
 class _DDPEngine(_AutocastEngine):
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
-        import torch
         from torch.nn.parallel import DistributedDataParallel
 
         super().__init__(scenario, ctx, model)
@@ -147,7 +202,7 @@ class _DDPEngine(_AutocastEngine):
         self.wrapped = DistributedDataParallel(
             model, device_ids=[ctx.local_rank] if ctx.device_type == "cuda" else None, **options
         )
-        self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self.optimizer = self.client_optimizer = make_optimizer(scenario, [p for _, p in adapter_parameters(model)])
         self._autocast = scenario.bf16
 
 
@@ -182,19 +237,19 @@ class _FSDP2Engine(_AutocastEngine):
 
             broadcast_from_rank0(model, full_state)
         self.wrapped = model
-        self.optimizer = torch.optim.AdamW([p for _, p in adapter_parameters(model)], lr=scenario.learning_rate)
+        self.optimizer = self.client_optimizer = make_optimizer(scenario, [p for _, p in adapter_parameters(model)])
         self._autocast = scenario.bf16
 
     def full_param(self, param: Any) -> Any:
         full = param.full_tensor() if hasattr(param, "full_tensor") else param
         return full.detach().float().clone()
 
-    def full_grad_norm(self, param: Any) -> float | None:
+    def full_grad(self, param: Any) -> Any:
         grad = param.grad
         if grad is None:
             return None
         full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
-        return float(full.detach().float().norm())
+        return full.detach().float().clone()
 
 
 class _FSDP1Engine(_AutocastEngine):
@@ -203,15 +258,13 @@ class _FSDP1Engine(_AutocastEngine):
     ``use_orig_params=False`` the module's parameters are FSDP's flat parameters."""
 
     def __init__(self, scenario: Scenario, ctx: RankContext, model: Any) -> None:
-        import torch
-
         from repros.trainer.fsdp1 import wrap_fsdp1
 
         super().__init__(scenario, ctx, model)
         self._adapter_names = [name for name, _ in adapter_parameters(model)]
         self.wrapped = wrap_fsdp1(model, scenario.fsdp1_wrap, scenario.fsdp1_use_orig_params, ctx.device)
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.wrapped.parameters() if p.requires_grad], lr=scenario.learning_rate
+        self.optimizer = self.client_optimizer = make_optimizer(
+            scenario, [p for p in self.wrapped.parameters() if p.requires_grad]
         )
         self._autocast = scenario.bf16
 
@@ -228,6 +281,11 @@ class _FSDP1Engine(_AutocastEngine):
 
         return full_grad_norms(self.wrapped, [name for name, _ in adapters])
 
+    def full_grads(self, adapters: list[tuple[str, Any]]) -> dict[str, Any]:
+        from repros.trainer.fsdp1 import full_grads
+
+        return full_grads(self.wrapped, [name for name, _ in adapters])
+
 
 def decoder_layers(model: Any) -> Iterator[Any]:
     """The language model's decoder layers, each FSDP2's unit (``tiny_models.is_decoder_layer``: every
@@ -238,6 +296,7 @@ def decoder_layers(model: Any) -> Iterator[Any]:
 
 
 _ENGINES: dict[str, Callable[[Scenario, RankContext, Any], _Engine]] = {
+    "single": _SingleEngine,
     "deepspeed": _DeepSpeedEngine,
     "fsdp2": _FSDP2Engine,
     "ddp": _DDPEngine,

@@ -85,6 +85,24 @@ def full_grad_norms(fsdp: Any, names: list[str]) -> dict[str, float | None]:
     return _grad_norms_flat(fsdp, names)
 
 
+def full_grads(fsdp: Any, names: list[str]) -> dict[str, Any]:
+    """The full gradient of each named parameter as a float32 copy (None: it has none). A collective. Only
+    with ``use_orig_params=True`` does FSDP give a parameter's own gradient; with flat parameters each is
+    None (read the norms instead, ``full_grad_norms``)."""
+    if not getattr(fsdp, "_use_orig_params", False):
+        return {name: None for name in names}
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    wanted = set(names)
+    found: dict[str, Any] = {}
+    with FullyShardedDataParallel.summon_full_params(fsdp, writeback=False, with_grads=True):
+        for name, param in fsdp.named_parameters():
+            name = clean_name(name)
+            if name in wanted:
+                found[name] = None if param.grad is None else param.grad.detach().float().clone()
+    return {name: found.get(name) for name in names}
+
+
 def _grad_norms_orig_params(fsdp: Any, names: list[str]) -> dict[str, float | None]:
     from torch.distributed.fsdp import FullyShardedDataParallel
 

@@ -31,7 +31,7 @@ def build_model(scenario: Scenario, base: Any = None) -> Any:
 
         model = moe_test_model(scenario.moe_experts)
     else:
-        model = tiny_qwen2()
+        model = tiny_qwen2(scenario.seed)
     if scenario.use_cache is not None:
         model.config.use_cache = scenario.use_cache
     if scenario.add_tokens:

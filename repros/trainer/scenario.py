@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from repros.runtime.families import FAMILIES, Family, current_family
 
-ENGINES = ("deepspeed", "fsdp2", "ddp", "fsdp1")
+ENGINES = ("deepspeed", "fsdp2", "ddp", "fsdp1", "single")
 #: FSDP1 auto-wrap policies: each decoder layer a unit (``transformer_auto_wrap_policy``), the
 #: whole model one unit, or PEFT's ``fsdp_auto_wrap_policy`` (each LoRA layer a unit of its own).
 FSDP1_WRAPS = ("layer", "none", "peft")
@@ -30,8 +30,8 @@ DS_CONFIG_AUTO_KEYS = (
 
 @dataclass(frozen=True)
 class Scenario:
-    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``), ``ddp``, or
-    #: ``fsdp1`` (torch ``FullyShardedDataParallel``).
+    #: ``deepspeed`` (ZeRO ``zero_stage``), ``fsdp2`` (torch ``fully_shard``), ``ddp``,
+    #: ``fsdp1`` (torch ``FullyShardedDataParallel``), or ``single`` (one process, no wrapper).
     engine: str = "deepspeed"
     zero_stage: int = 3
     bf16: bool = True
@@ -122,8 +122,13 @@ class Scenario:
     #: HF loop only: the Trainer's optimizer keeps only its non-empty parameter groups (LoRA leaves the
     #: no-decay group empty), so a scheduler built on it agrees with what DeepSpeed keeps (F11).
     drop_empty_param_groups: bool = False
-    #: HF loop only: ``TrainingArguments.gradient_accumulation_steps``.
+    #: The HF loop's ``TrainingArguments.gradient_accumulation_steps``; the own loop's DeepSpeed config's
+    #: ``gradient_accumulation_steps`` (the engine steps the optimizer on every N-th ``step()``).
     gradient_accumulation_steps: int = 1
+    #: The adapters' optimizer: ``adamw`` (torch's) or ``adamw8bit`` (bitsandbytes').
+    optimizer: str = "adamw"
+    #: The seed the test model's random weights (and then the adapter's) are drawn from.
+    seed: int = 0
     #: HF loop only: keys the user's DeepSpeed config leaves out of those HF's guide sets to ``"auto"``
     #: (``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``gradient_clipping``,
     #: ``scheduler.params.warmup_max_lr``): DeepSpeed's (or accelerate's) default then stands (F20).
@@ -236,6 +241,8 @@ class Scenario:
             needed["deepspeed"] = f"ZeRO-{self.zero_stage}"
         if self.quantization:
             needed["bitsandbytes"] = f"{self.quantization} quantization (QLoRA)"
+        elif self.optimizer == "adamw8bit":
+            needed["bitsandbytes"] = "its 8-bit AdamW"
         if self.trainer_loop == "hf":
             needed["accelerate"] = "transformers' Trainer"
         elif self.fsdp2_accelerate_prepare:

@@ -119,3 +119,9 @@ class TargetModulesMatchNothing(ValueError):
     """A LoRA target name matches no module of the model: the adapter would silently leave that part out
     (PEFT raises only when no name at all matches; DeepSpeed-Chat's LoRA never does). The harness refuses
     to train and report a LoRA on nothing."""
+
+
+class TrainsUnlikeOneProcess(Exception):
+    """A strategy trained, raising nothing, but not what one process trains on the same global batch: a
+    loss, a gradient, a weight, a count of optimizer steps, or what was saved and reloaded differs from the
+    one-process reference by more than the precision and the reduction order allow (``crosscheck``)."""
