@@ -5,12 +5,15 @@ Consulted only after an outcome has been observed, to say whether it matched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec
 
 
@@ -47,3 +50,45 @@ def expectation_for(
         ),
         None,
     )
+
+
+#: What every crosscheck item is expected to observe unless a documented failure says otherwise.
+CROSSCHECK_PREMISE = (
+    "crosscheck's premise: every strategy trains what one process trains on the same global batch, up to the "
+    "tolerance its precision and reduction order allow (docs/crosscheck.md)"
+)
+
+
+@dataclass(frozen=True)
+class CrosscheckExpectation:
+    """What a crosscheck item is expected to observe: AGREES, or DIVERGES by a documented failure (``spec``)."""
+
+    expectation: Expectation
+    spec: ReproSpec | None = None
+
+    def names(self, signature: str | None) -> bool:
+        """Whether ``signature`` is one of the expected failure's (any where none is expected)."""
+        if self.spec is None:
+            return True
+        return signature is not None and any(s.id == signature for s in self.spec.signatures)
+
+
+def crosscheck_expectation(
+    strategy: str,
+    known: Sequence[ReproSpec],
+    versions: Mapping[str, str | None],
+    device: str | None = None,
+    world_size: int | None = None,
+) -> CrosscheckExpectation:
+    """DIVERGES where a documented failure names the strategy among those it makes diverge and its bug mode is
+    expected to reproduce at these versions (on this device, at this world size); else AGREES."""
+    for spec in known:
+        if not spec.diverges or not any(fnmatch.fnmatchcase(strategy, p) for p in spec.diverges):
+            continue
+        bug = expectation_for(spec, "bug", versions, device, world_size)
+        if bug is not None and bug.outcome == Outcome.REPRODUCED:
+            return CrosscheckExpectation(
+                Expectation("bug", Outcome.DIVERGES, bug.when, bug.established_by, note=spec.id, device=bug.device),
+                spec,
+            )
+    return CrosscheckExpectation(Expectation("bug", Outcome.AGREES, {}, CROSSCHECK_PREMISE))

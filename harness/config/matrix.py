@@ -21,6 +21,7 @@ import jsonschema
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from harness.config.crosscheck import load_crosscheck
 from harness.config.grid import load_grid
 from harness.config.model import DEFAULT_PYTHON, DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Cell, Exclude, Matrix
 from harness.config.repros import is_directory
@@ -384,6 +385,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         default_lane=default_lane,
         excludes=tuple(excludes),
         grid=load_grid(path, data.get("grid"), lanes),
+        crosscheck=load_crosscheck(path, data.get("crosscheck"), lanes),
         repros=tuple(named) if named else None,
         repros_dirs=_repros_dirs(path, data),
     )

@@ -3,9 +3,10 @@ size...), its lanes, its exclusions and its grid. Nothing here depends on a cell
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.crosscheck import CrosscheckConfig
 from harness.config.grid import Grid
 from harness.core.errors import UserError
 from harness.environments import DEFAULT_PROVIDER, provider_class
@@ -87,6 +88,8 @@ class Matrix:
     excludes: tuple[Exclude, ...]
     #: The config grid (``harness/config/grid.py``), where the matrix declares one.
     grid: Grid | None = None
+    #: Which strategies each lane's ``crosscheck`` holds against one process (``harness/config/crosscheck.py``).
+    crosscheck: CrosscheckConfig = field(default_factory=CrosscheckConfig)
     #: The repros this matrix is about (``repros:``): what ``--repros`` defaults to. None: every repro.
     repros: tuple[str, ...] | None = None
     #: Directories of the user's repro files (``repros_dirs:``, relative to the matrix), absolute.

@@ -5,6 +5,9 @@ bug mode:   REPRODUCED | NOT_REPRODUCED | DIFFERENT_ERROR | INFRA | HANG | CRASH
             both modes, unless a documented signature names that very error)
 fixed mode: PASS | FAIL | INFRA | HANG | CRASH (PASS: trained by the fixed trainer's rule, or for a
             repro whose ``pass_rule`` is ``clean-exit``, a user's script that ran to its end)
+crosscheck: AGREES | DIVERGES | INFRA | HANG | CRASH (DIVERGES where the strategy trained otherwise than
+            one process, said by the rank, or raised anything but the stack's own failure; its signature
+            names the documented failure that explains it, if one does)
 A cell whose environment cannot be built gives UNRESOLVABLE (decided before any launch).
 
 Only an observed signature makes REPRODUCED; only observed training facts make PASS.
@@ -15,9 +18,10 @@ from __future__ import annotations
 
 import math
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from harness.core.json import JsonValue
 from harness.execution.launchers.result import LaunchResult
 from harness.records.rank import RankRecord
 from repros.runtime.outcomes import Outcome
@@ -61,6 +65,8 @@ class Observation:
     error: ErrorInfo | None = None
     #: Why a fixed run did not count as trained, or what the infrastructure said.
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    #: crosscheck: where the strategy first trained otherwise than one process.
+    divergence: Mapping[str, JsonValue] | None = None
 
 
 def _signal_name(code: int) -> str:
@@ -287,3 +293,42 @@ def classify_scenario(own: ReproSpec | None, launch: LaunchResult, known: Sequen
         return Observation(PASS, reasons=("every rank ran the script to its end",))
     problems = judge_training([rec for rec in launch.records.values() if rec is not None])
     return Observation(PASS) if not problems else Observation(Outcome.SILENT_FAILURE, reasons=tuple(problems))
+
+
+#: The exception a crosscheck rank raises where its strategy trained otherwise than one process.
+DIVERGENCE_EXCEPTION = SILENT_FAILURE_MODULE + "TrainsUnlikeOneProcess"
+
+
+def classify_crosscheck(launch: LaunchResult, known: Sequence[ReproSpec]) -> Observation:
+    """A strategy held against one process: AGREES where every rank ended and rank 0 found no difference
+    beyond tolerance; DIVERGES where rank 0 found one (its divergence from the rank's facts) or a rank raised
+    (the divergence is the error), named by the documented signature that matches, if any; the stack's own
+    failure, a rank that could not run it, a hang or a crash as for any item."""
+    ended = _unobserved(launch)
+    if ended is not None:
+        return ended
+    errors = _errors(launch)
+    if errors:
+        try:
+            found = matching_signature(known, errors)
+        except SignatureRunaway as runaway:
+            return runaway.observation()
+        signature = found[0] if found is not None else None
+        if found is None:
+            stack = _stack_failed(errors)
+            if stack is not None:
+                return stack
+        rank, first, rec = errors[0]
+        facts = rec.crosscheck or {}
+        recorded = facts.get("divergence") if first.type == DIVERGENCE_EXCEPTION else None
+        divergence: Mapping[str, JsonValue] = (
+            recorded
+            if isinstance(recorded, dict)
+            else {"step": None, "quantity": "error", "value": f"{first.type}: {first.first_line}"[:500]}
+        )
+        reason = first.first_line if first.type == DIVERGENCE_EXCEPTION else f"rank {rank} raised {first.type}"
+        return Observation(Outcome.DIVERGES, signature=signature, error=first, reasons=(reason,), divergence=divergence)
+    ended = _ended_without_record(launch)
+    if ended is not None:
+        return ended
+    return Observation(Outcome.AGREES)

@@ -137,6 +137,9 @@ def item_record(
     guards = next((rec.guards for rec in records if rec.guards is not None), [])
     error = observation.error
     world_size, as_run = ranks_as_run(launch)
+    expectation_fields = _expectation_fields(expected, observation.outcome)
+    if "matched" in more:
+        expectation_fields["matched"] = more.pop("matched")
     return ItemRecord.model_validate(
         {
             "schema_version": SCHEMA_VERSION,
@@ -146,7 +149,7 @@ def item_record(
             "mode": item.mode,
             "outcome": observation.outcome,
             "signature": observation.signature,
-            **_expectation_fields(expected, observation.outcome),
+            **expectation_fields,
             "versions": versions,
             **({"versions_listed": listed} if listed is not None else {}),
             "to_training_s": round(launch.to_training_s, 3) if launch.to_training_s is not None else None,

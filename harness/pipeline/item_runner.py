@@ -19,6 +19,7 @@ through the same runner as ``run`` does; so does ``bisect`` here.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 
@@ -69,7 +70,7 @@ class ItemRunner:
             while True:
                 if self.stop.is_set():
                     return None
-                record = self._attempt(job, resolved, gpus)
+                record = self._attempt(dataclasses.replace(job, attempt=len(earlier)), resolved, gpus)
                 if self.stop.is_set():
                     return None  # cut short by the stop: not an attempt that finished
                 if self.policy.repeat > 1 and record.outcome != Outcome.UNRESOLVABLE:

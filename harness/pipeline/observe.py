@@ -11,14 +11,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from harness.config.expectations import expectation_for
+from harness.config.expectations import crosscheck_expectation, expectation_for
 from harness.config.matrix import Cell
 from harness.config.repros import BrokenRepro
 from harness.core.json import JsonObject
 from harness.environments import Environment, Environments, Resolved
 from harness.environments.integrity import describe
-from harness.execution.classify import Observation, classify, classify_scenario
+from harness.execution.classify import Observation, classify, classify_crosscheck, classify_scenario
 from harness.execution.launchers import Launcher, LaunchRequest
+from harness.execution.launchers.result import LaunchResult
 from harness.pipeline.executors.base import ItemJob
 from harness.pipeline.item_records import item_device, item_record, unobserved_record, versions_seen
 from harness.planning.items import PlannedItem
@@ -26,6 +27,7 @@ from harness.records.item import ItemId, ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
+from repros.trainer.crosscheck.strategy import parse as parse_strategy
 
 
 def observe_item(
@@ -89,7 +91,7 @@ def _observe(
         timeout_s=item.cell.timeout_s,
         cell=item.cell.name,
         extra_env={"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {},
-        params={**repro.rank_params, **item.launch_params()},
+        params={**repro.rank_params, **item.launch_params(), **({"attempt": job.attempt} if job.attempt else {})},
         scan_root=run_dir.path,
     )
     try:
@@ -110,7 +112,9 @@ def _observe(
             finished_at=utc_now(),
             **plan_fields(item),
         )
-    if item.runs_as_written:
+    if item.strategy is not None:
+        observation = classify_crosscheck(launch, job.known)
+    elif item.runs_as_written:
         own = None if item.scenario is not None else repro.spec
         observation = classify_scenario(own, launch, job.known)
     else:
@@ -128,11 +132,19 @@ def _observe(
         launched["gpus_leased"] = list(gpus)
     if env.repaired:
         launched["environment_repaired"] = env.repaired
+    if item.strategy is not None:
+        expected = crosscheck_expectation(item.strategy, job.known, versions, device, launch.world_size)
+        launched.update(crosscheck_fields(observation, launch))
+        expectation = expected.expectation
+        # DIVERGES matches only by the failure expected to make it (a divergence nobody documented is a finding).
+        launched["matched"] = observation.outcome == expectation.outcome and expected.names(observation.signature)
+    else:
+        expectation = expectation_for(repro.spec, item.mode, versions, device, launch.world_size)
     return item_record(
         run_id=job.run_id,
         item=item.id,
         observation=observation,
-        expected=expectation_for(repro.spec, item.mode, versions, device, launch.world_size),
+        expected=expectation,
         env=env,
         launch=launch,
         repro_cmd=job.repro_cmd,
@@ -173,7 +185,21 @@ def plan_fields(item: PlannedItem) -> JsonObject:
         fields["variant"] = item.variant
     if item.scenario is not None:
         fields["scenario"] = dict(item.scenario)
+    if item.strategy is not None:
+        fields["kind"] = "crosscheck"
+        fields["strategy"] = item.strategy
+        fields["strategy_parts"] = dict(parse_strategy(item.strategy).parts())
     return fields
+
+
+def crosscheck_fields(observation: Observation, launch: LaunchResult) -> JsonObject:
+    """What a crosscheck record carries beside the outcome: the divergence (from the classification) and the
+    comparison as rank 0 recorded it (the reference, the tolerance, both trajectories, the closest call)."""
+    rank0 = launch.records.get(0)
+    facts = dict(rank0.crosscheck or {}) if rank0 is not None else {}
+    for key in ("divergence", "strategy", "strategy_parts"):
+        facts.pop(key, None)
+    return {"divergence": dict(observation.divergence) if observation.divergence else None, "crosscheck": facts or None}
 
 
 def broken_record(run_id: str, cell: Cell, broken: BrokenRepro) -> ItemRecord:

@@ -74,6 +74,14 @@ def repro_command(opts: RunOptions, item: PlannedItem, env: Environment | None =
     matrix = str(opts.matrix.path)
     stack = item_stack(opts, item, env)
     dirs = repro_dirs_for(opts.selection.repros_dirs, item.module)
+    if item.strategy is not None:
+        # A crosscheck item: its strategy, in its cell, as it was asked (steps, seed, a deliberate fault).
+        args = [*_verb_in_cell("crosscheck", matrix, item.cell), "--strategies", item.strategy, *stack.flags()]
+        asked = item.crosscheck or {}
+        for flag, key in (("--steps", "steps"), ("--seed", "seed"), ("--break", "break")):
+            if asked.get(key) not in (None, 0) or (key == "steps" and asked.get(key) is not None):
+                args += [flag, str(asked[key])]
+        return shlex.join(args + opts.cache.flags())
     scenario = item.scenario
     if scenario is not None:
         # A grid combination: the grid, restricted to it, in its cell.

@@ -41,6 +41,10 @@ class PlannedItem:
     rank_mode: str | None = None
     #: Explored: what it observes is a finding, reported per cell (``RunOptions.explore``).
     explore: bool = False
+    #: ``crosscheck``: the strategy the item holds against one process (its ``mode`` is the same name), and
+    #: what the ranks are told of the comparison (``seed``, ``steps``, a deliberate ``break``).
+    strategy: str | None = None
+    crosscheck: Mapping[str, JsonValue] | None = field(default=None, hash=False, compare=False)
 
     @property
     def runs_as_written(self) -> bool:
@@ -59,6 +63,9 @@ class PlannedItem:
             params["variant"] = self.variant
         if self.scenario is not None:
             params["scenario"] = dict(self.scenario)
+        if self.strategy is not None:
+            params["strategy"] = self.strategy
+            params.update({k: v for k, v in (self.crosscheck or {}).items() if v is not None})
         return params
 
 

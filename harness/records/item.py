@@ -127,6 +127,21 @@ class Figure(Frozen):
     steps: StepTime | None = None
 
 
+class Divergence(Frozen):
+    """Where a crosscheck strategy first trained otherwise than one process: the step (None: before any),
+    the quantity (``loss``, ``optimizer_steps``, ``grad_norm``, ``gradient``, ``weight``, ``saved_adapter``,
+    ``reloaded_outputs``, ``merged_outputs``; ``error`` where it raised), the tensor where it is one, the
+    strategy's and the reference's values, their relative difference and the tolerance it exceeded."""
+
+    step: int | None = None
+    quantity: str
+    tensor: str | None = None
+    value: float | str | None = None
+    reference: float | str | None = None
+    rel_diff: float | str | None = None
+    tolerance: float | str | None = None
+
+
 def _figure_fields(measure: Measure) -> tuple[str, ...]:
     fields = [measure.field]
     if measure.kind_field:
@@ -207,6 +222,18 @@ class ItemRecord(BaseModel):
     variant: str | None = None
     #: ``grid``: the combination this item ran, axis -> value.
     scenario: dict[str, str] | None = None
+    #: ``crosscheck`` for a crosscheck item (cell x strategy; its ``repro`` is ``crosscheck``, its ``mode`` the
+    #: strategy's name); None for a repro's item.
+    kind: str | None = None
+    #: ``crosscheck``: the strategy's stable name, and its parts (``engine``, ``stage``, ``precision``,
+    #: ``checkpointing``, ``accumulation``, ``adapter``, ``optimizer``).
+    strategy: str | None = None
+    strategy_parts: dict[str, JsonValue] | None = None
+    #: ``crosscheck``: where the strategy first trained otherwise than the reference (None: it agreed).
+    divergence: Divergence | None = None
+    #: ``crosscheck``: the comparison as the ranks made it: the reference it was held to, the tolerance, both
+    #: trajectories (loss, gradient norm, optimizer steps), the closest call, the seed and steps.
+    crosscheck: dict[str, JsonValue] | None = None
     wall_s: float
     #: Seconds from the launch to the first training step of the slowest rank (where every rank trained).
     to_training_s: float | None = None

@@ -152,6 +152,12 @@ class RankRecord(_Read):
         raw = self.facts.get("scenario_facts")
         return raw if isinstance(raw, dict) else None
 
+    @property
+    def crosscheck(self) -> dict[str, JsonValue] | None:
+        """What a crosscheck item's rank recorded of its comparison (``repros/trainer/crosscheck/check.py``)."""
+        raw = self.facts.get("crosscheck")
+        return raw if isinstance(raw, dict) else None
+
 
 def read_rank_record(path: Path) -> RankRecord | None:
     """A rank's record, or None where it wrote none (or something that is not one)."""

@@ -9,6 +9,9 @@ is run and classified against every repro's signatures:
     PASS | REPRODUCED (a known failure: the record's signature names it) | SILENT_FAILURE (ran but
     did not train, or what it saved does not load back the same) | NEW_FAILURE (any other error)
     | INFRA | HANG | CRASH
+A crosscheck item (a training strategy held against one process training the same adapter) observes:
+    AGREES | DIVERGES (it trained otherwise, or raised; the record's divergence says where, and its
+    signature names the documented failure that explains it, if one does) | INFRA | HANG | CRASH
 A cell whose environment cannot be resolved or installed gives UNRESOLVABLE for all its items.
 An item run several times (``run --repeat N``) whose attempts did not all end the same way is
 FLAKY, its attempts kept as the evidence: a verdict over attempts, never one attempt's outcome.
@@ -35,6 +38,8 @@ class Outcome(StrEnum):
     SILENT_FAILURE = "SILENT_FAILURE"
     NEW_FAILURE = "NEW_FAILURE"
     FLAKY = "FLAKY"
+    AGREES = "AGREES"
+    DIVERGES = "DIVERGES"
 
 
 #: Outcomes either mode can end with: the item could not be observed, or ended without a verdict.
@@ -52,5 +57,7 @@ SCENARIO_OUTCOMES = (
     Outcome.NEW_FAILURE,
     *COMMON,
 )
+#: What a crosscheck item can observe.
+CROSSCHECK_OUTCOMES = (Outcome.AGREES, Outcome.DIVERGES, *COMMON)
 #: Outcomes where nothing was learnt about the code under test (the machine or the launch failed).
 UNOBSERVED = (Outcome.INFRA, Outcome.HANG, Outcome.UNRESOLVABLE)

@@ -243,6 +243,10 @@ class ReproSpec:
     #: was proven in these and no others; () : every tracked package (``TRACKED_PACKAGES``) may matter.
     depends_on: tuple[str, ...] = ()
     depends_on_why: str = ""
+    #: ``crosscheck`` strategies (names, or shell-style patterns such as ``zero[12]-*-adamw8bit``) that this
+    #: failure makes train otherwise than one process wherever its bug mode is expected to reproduce: their
+    #: items are expected to DIVERGE, named by one of this failure's signatures.
+    diverges: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,

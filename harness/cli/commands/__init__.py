@@ -19,6 +19,7 @@ from harness.cli.commands.catalog import CatalogCommand
 from harness.cli.commands.check import CheckCommand
 from harness.cli.commands.compare import CompareCommand
 from harness.cli.commands.costs import CostsCommand
+from harness.cli.commands.crosscheck import CrosscheckCommand
 from harness.cli.commands.explain import ExplainCommand
 from harness.cli.commands.grid import GridCommand
 from harness.cli.commands.init import InitCommand
@@ -42,6 +43,7 @@ COMMANDS: Registry[type[Command]] = Registry(
         **_verbs(
             CostsCommand,
             GridCommand,
+            CrosscheckCommand,
             CompareCommand,
             ExplainCommand,
             AtlasCommand,

@@ -47,6 +47,8 @@ class ItemJob:
     repro_cmd: str
     #: The documented failures a DIFFERENT_ERROR is checked against.
     known: Sequence[ReproSpec] = ()
+    #: Which attempt of the item this is (0: the first): a repeated crosscheck item trains from another seed.
+    attempt: int = 0
 
 
 @dataclass(frozen=True)

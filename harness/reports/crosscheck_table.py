@@ -1,0 +1,132 @@
+"""What people read of a crosscheck run: strategies x cells, agree or diverge at a glance, then each
+divergence no documented failure explains (a finding), as its smallest strategy with one command that reruns it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from harness.core.json import JsonValue
+from harness.core.text import plain
+from harness.records.item import ItemRecord
+from repros.runtime.outcomes import Outcome
+
+STYLE = {"AGREES": "green", "DIVERGES": "bold red", "INFRA": "dim", "UNRESOLVABLE": "dim", "HANG": "red", "CRASH": "red"}
+
+
+def crosscheck_records(records: Sequence[ItemRecord]) -> list[ItemRecord]:
+    return [r for r in records if r.kind == "crosscheck"]
+
+
+def where(record: ItemRecord) -> str:
+    """``gradient@1 q_proj.lora_A``: the quantity, the step and the tensor's last parts, where it diverged."""
+    d = record.divergence
+    if d is None:
+        return ""
+    at = f"@{d.step}" if d.step is not None else ""
+    tensor = ".".join(d.tensor.split(".")[-4:-2]) if d.tensor else ""
+    return f"{d.quantity}{at}{f' {tensor}' if tensor else ''}"
+
+
+def cell_label(record: ItemRecord) -> str:
+    if record.outcome == Outcome.AGREES:
+        ratio = (record.crosscheck or {}).get("closest_ratio")
+        return f"✓ {float(ratio):.2f}τ" if isinstance(ratio, int | float) else "✓"
+    if record.outcome == Outcome.DIVERGES:
+        named = f" {record.signature}" if record.signature else " (undocumented)"
+        return f"✗ {where(record)}{named}"
+    return str(record.outcome)
+
+
+def size(record: ItemRecord) -> tuple[int, int, str]:
+    """How small a strategy is: fewer parts beyond the defaults first, one process before many."""
+    parts = record.strategy_parts or {}
+    beyond = sum(
+        1
+        for key, default in (("checkpointing", "none"), ("accumulation", "none"), ("adapter", "lora"), ("optimizer", "sgd"))
+        if parts.get(key) not in (None, default)
+    )
+    return beyond + (parts.get("precision") == "bf16"), 0 if parts.get("engine") == "single" else 1, record.mode
+
+
+def findings(records: Sequence[ItemRecord]) -> list[dict[str, JsonValue]]:
+    """Each cell's divergences that count against the run (no documented failure expects them there), as the
+    smallest strategy that shows each quantity, with where and how to rerun it."""
+    found: dict[tuple[str, str], ItemRecord] = {}
+    for record in crosscheck_records(records):
+        if record.outcome != Outcome.DIVERGES or not record.counts_against:
+            continue
+        quantity = record.divergence.quantity if record.divergence else "?"
+        key = (record.cell, quantity)
+        if key not in found or size(record) < size(found[key]):
+            found[key] = record
+    return [
+        {
+            "cell": r.cell,
+            "strategy": r.mode,
+            "step": r.divergence.step if r.divergence else None,
+            "quantity": r.divergence.quantity if r.divergence else None,
+            "tensor": r.divergence.tensor if r.divergence else None,
+            "value": r.divergence.value if r.divergence else None,
+            "reference": r.divergence.reference if r.divergence else None,
+            "rel_diff": r.divergence.rel_diff if r.divergence else None,
+            "tolerance": r.divergence.tolerance if r.divergence else None,
+            "repro_cmd": r.repro_cmd,
+        }
+        for r in sorted(found.values(), key=lambda r: (r.cell, size(r)))
+    ]
+
+
+def print_crosscheck(console: Console, records: Sequence[ItemRecord]) -> None:
+    mine = crosscheck_records(records)
+    if not mine:
+        return
+    cells = list(dict.fromkeys(r.cell for r in mine))
+    by_key = {(r.mode, r.cell): r for r in mine}
+    first = {r.mode: r for r in reversed(mine)}
+    strategies = sorted(first, key=lambda name: size(first[name]))
+    table = Table(title="crosscheck: each strategy against one process (✓ agrees, with its closest call as a share of τ)")
+    table.add_column("strategy", no_wrap=True)
+    for cell in cells:
+        table.add_column(cell, overflow="fold")
+    for name in strategies:
+        row: list[Text | str] = [name]
+        for cell in cells:
+            record = by_key.get((name, cell))
+            if record is None:
+                row.append(Text("-", style="dim"))
+                continue
+            style = STYLE.get(str(record.outcome), "")
+            if record.outcome == Outcome.DIVERGES and not record.counts_against:
+                style = "yellow"  # a documented failure, where it is expected
+            row.append(Text(plain(cell_label(record)), style=style))
+        table.add_row(*row)
+    console.print(table)
+    agree = sum(r.outcome == Outcome.AGREES for r in mine)
+    diverge = sum(r.outcome == Outcome.DIVERGES for r in mine)
+    console.print(
+        f"{agree} agree, {diverge} diverge ({sum(r.outcome == Outcome.DIVERGES and not r.counts_against for r in mine)} "
+        f"as a documented failure expects), {len(mine) - agree - diverge} could not be compared",
+        highlight=False,
+    )
+    for finding in findings(records):
+        console.print(
+            plain(
+                f"✗ finding in {finding['cell']}: {finding['strategy']} trains unlike one process at "
+                f"{finding['quantity']}"
+                + (f" step {finding['step']}" if finding["step"] is not None else "")
+                + (f" ({finding['tensor']})" if finding["tensor"] else "")
+                + f": {finding['value']} against {finding['reference']}"
+                + (
+                    f", relative difference {finding['rel_diff']} > {finding['tolerance']}"
+                    if finding["rel_diff"] is not None
+                    else ""
+                )
+                + f"\n  rerun: {finding['repro_cmd']}"
+            ),
+            highlight=False,
+            markup=False,
+        )
