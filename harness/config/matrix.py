@@ -385,7 +385,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         default_lane=default_lane,
         excludes=tuple(excludes),
         grid=load_grid(path, data.get("grid"), lanes),
-        crosscheck=load_crosscheck(path, data.get("crosscheck"), lanes),
+        crosscheck=load_crosscheck(path, data.get("crosscheck"), list(lanes), list(cells)),
         repros=tuple(named) if named else None,
         repros_dirs=_repros_dirs(path, data),
     )

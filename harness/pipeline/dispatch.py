@@ -15,7 +15,7 @@ from harness.environments import Resolved
 from harness.pipeline.executors import Executor, ItemJob
 from harness.pipeline.item_runner import ItemRunner
 from harness.planning.commands import repro_command
-from harness.planning.items import PlannedItem
+from harness.planning.items import PlannedItem, repro_of
 from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
@@ -81,7 +81,7 @@ class Dispatch:
         return ItemJob(
             run_id=self.run_id,
             item=item,
-            repro=self.policy.repro_for(item) if self.policy.repro_for else self.opts.discovery.repros[item.repro_id],
+            repro=self.policy.repro_for(item) if self.policy.repro_for else repro_of(self.opts, item),
             repro_cmd=repro_command(self.opts, item, resolved.env if resolved is not None else None),
             known=self.known,
         )

@@ -27,6 +27,7 @@ from harness.records.item import ItemId, ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import Expectation
 from repros.trainer.crosscheck.strategy import parse as parse_strategy
 
 
@@ -132,6 +133,7 @@ def _observe(
         launched["gpus_leased"] = list(gpus)
     if env.repaired:
         launched["environment_repaired"] = env.repaired
+    expectation: Expectation | None
     if item.strategy is not None:
         expected = crosscheck_expectation(item.strategy, job.known, versions, device, launch.world_size)
         launched.update(crosscheck_fields(observation, launch))

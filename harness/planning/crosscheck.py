@@ -10,15 +10,20 @@ from collections.abc import Mapping, Sequence
 
 from harness.config.crosscheck import CrosscheckConfig
 from harness.config.matrix import Cell
+from harness.config.repros import Repro
 from harness.core.errors import UserError
 from harness.core.json import JsonValue
-from harness.planning.items import PlannedItem
+from harness.planning.planned import PlannedItem
+from harness.planning.run_options import RunOptions
 from harness.records.run_meta import ExcludedItem
+from repros.trainer.crosscheck import item as crosscheck_item
 from repros.trainer.crosscheck.strategy import AXES, Strategy, UnknownStrategy, from_axes, matching, parse, valid
 
 #: The rank-side module every crosscheck item runs, and the repro name its records carry.
 CROSSCHECK_MODULE = "repros.trainer.crosscheck.item"
 CROSSCHECK = "crosscheck"
+#: What every crosscheck item runs.
+CROSSCHECK_REPRO = Repro(spec=crosscheck_item.SPEC, module=CROSSCHECK_MODULE)
 
 
 def space(axes: Mapping[str, Sequence[str]]) -> list[Strategy]:
@@ -125,3 +130,24 @@ def planned(
                 )
             )
     return items, excluded
+
+
+def run_lane(opts: RunOptions) -> str | None:
+    """The lane a run's selection runs: ``--lane``, else the matrix's default where no cells were named."""
+    return opts.selection.lane or (None if opts.selection.cells else opts.matrix.default_lane)
+
+
+def crosscheck_items(opts: RunOptions, cells: Sequence[Cell]) -> tuple[list[PlannedItem], list[ExcludedItem]]:
+    """The crosscheck items ``run`` holds beside the repros' items: the lane's strategies where the matrix's
+    ``crosscheck.lanes`` names the lane (or ``--repros`` names ``crosscheck``), unless ``--repros`` (or the
+    matrix's ``repros:``) leaves them out."""
+    chosen = opts.selection.repros or opts.matrix.repros
+    lane = run_lane(opts)
+    if chosen and CROSSCHECK not in chosen:
+        return [], []
+    if not chosen and (lane is None or lane not in opts.matrix.crosscheck.lanes):
+        return [], []
+    config = opts.matrix.crosscheck
+    strategies = select(config, lane)
+    mine = [c for c in cells if config.runs_in(lane, c.origin or c.family_of or c.name)]
+    return planned(mine, strategies, {"seed": 0, "steps": config.steps})

@@ -6,81 +6,27 @@ before anything runs. Nothing depends on a cell's name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from harness.config.matrix import Cell
-from harness.config.repros import BrokenRepro
+from harness.config.repros import BrokenRepro, Repro
 from harness.core.errors import UserError
-from harness.core.json import JsonValue
 from harness.core.names import one_of, unknown_repro_fix
+from harness.planning.crosscheck import CROSSCHECK, CROSSCHECK_REPRO, crosscheck_items
+from harness.planning.planned import Plan, PlannedItem
 from harness.planning.run_options import RunOptions
 from harness.planning.shards import Shard, assign, durations_from, shard_meta
 from harness.records.item import ItemId
-from harness.records.run_meta import ExcludedItem, ShardMeta
+from harness.records.run_meta import ExcludedItem
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES, ReproSpec
 
 
-@dataclass(frozen=True)
-class PlannedItem:
-    cell: Cell
-    repro_id: str
-    module: str
-    mode: str
-    world_size: int
-    #: ``costs``: the workaround variant the item runs (its ``mode`` is the variant's name).
-    variant: str | None = None
-    #: ``grid``: the combination the item runs, axis -> value.
-    scenario: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
-    #: The mode the ranks run in, where it differs from ``mode`` (the record's label): a
-    #: variant of ``costs`` is labelled by its name and runs in ``bug`` mode.
-    rank_mode: str | None = None
-    #: Explored: what it observes is a finding, reported per cell (``RunOptions.explore``).
-    explore: bool = False
-    #: ``crosscheck``: the strategy the item holds against one process (its ``mode`` is the same name), and
-    #: what the ranks are told of the comparison (``seed``, ``steps``, a deliberate ``break``).
-    strategy: str | None = None
-    crosscheck: Mapping[str, JsonValue] | None = field(default=None, hash=False, compare=False)
-
-    @property
-    def runs_as_written(self) -> bool:
-        """A scenario as users write it (a variant, a grid combination): classified against every
-        documented signature and the training rule, with no expectation of its own."""
-        return self.variant is not None or self.scenario is not None
-
-    @property
-    def id(self) -> ItemId:
-        return ItemId(self.cell.name, self.repro_id, self.mode)
-
-    def launch_params(self) -> dict[str, JsonValue]:
-        """What the ranks are told (``ctx.params``): the cell's model size, the variant or combination."""
-        params: dict[str, JsonValue] = {"model": self.cell.model, "family": self.cell.family}
-        if self.variant is not None:
-            params["variant"] = self.variant
-        if self.scenario is not None:
-            params["scenario"] = dict(self.scenario)
-        if self.strategy is not None:
-            params["strategy"] = self.strategy
-            params.update({k: v for k, v in (self.crosscheck or {}).items() if v is not None})
-        return params
-
-
-@dataclass
-class Plan:
-    items: list[PlannedItem] = field(default_factory=list)
-    excluded: list[ExcludedItem] = field(default_factory=list)
-    #: Repro files that could not be loaded, with each cell they would have run in.
-    broken: list[tuple[Cell, BrokenRepro]] = field(default_factory=list)
-    #: With ``--shard``: the whole plan and this shard's part of it (for ``run.json``).
-    shard: ShardMeta | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.items) + len(self.broken)
+def repro_of(opts: RunOptions, item: PlannedItem) -> Repro:
+    """What ``item``'s ranks run: its discovered repro, or the crosscheck item for a strategy."""
+    return CROSSCHECK_REPRO if item.strategy is not None else opts.discovery.repros[item.repro_id]
 
 
 def family_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
@@ -164,7 +110,7 @@ def plan_items(opts: RunOptions) -> Plan:
     known = opts.discovery.repros
     chosen = opts.selection
     for wanted in chosen.repros:
-        if wanted not in known and wanted not in opts.discovery.broken:
+        if wanted not in known and wanted not in opts.discovery.broken and wanted != CROSSCHECK:
             fix = unknown_repro_fix(wanted, [*known, *opts.discovery.broken])
             raise UserError("--repros", wanted, "unknown repro", fix)
     wanted_repros = default_repros(opts)
@@ -207,6 +153,9 @@ def plan_items(opts: RunOptions) -> Plan:
                     continue
                 explore = opts.explore or not any(e.mode == mode for e in repro.spec.expectations)
                 plan.items.append(PlannedItem(cell, repro_id, repro.module, mode, world_size, explore=explore))
+    items, excluded = crosscheck_items(opts, selected_cells(opts))
+    plan.items += items
+    plan.excluded += excluded
     if chosen.shard is not None:
         _keep_shard(plan, opts, chosen.shard)
     return plan

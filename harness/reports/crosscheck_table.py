@@ -14,7 +14,14 @@ from harness.core.text import plain
 from harness.records.item import ItemRecord
 from repros.runtime.outcomes import Outcome
 
-STYLE = {"AGREES": "green", "DIVERGES": "bold red", "INFRA": "dim", "UNRESOLVABLE": "dim", "HANG": "red", "CRASH": "red"}
+STYLE = {
+    "AGREES": "green",
+    "DIVERGES": "bold red",
+    "INFRA": "dim",
+    "UNRESOLVABLE": "dim",
+    "HANG": "red",
+    "CRASH": "red",
+}
 
 
 def crosscheck_records(records: Sequence[ItemRecord]) -> list[ItemRecord]:
@@ -46,7 +53,12 @@ def size(record: ItemRecord) -> tuple[int, int, str]:
     parts = record.strategy_parts or {}
     beyond = sum(
         1
-        for key, default in (("checkpointing", "none"), ("accumulation", "none"), ("adapter", "lora"), ("optimizer", "sgd"))
+        for key, default in (
+            ("checkpointing", "none"),
+            ("accumulation", "none"),
+            ("adapter", "lora"),
+            ("optimizer", "sgd"),
+        )
         if parts.get(key) not in (None, default)
     )
     return beyond + (parts.get("precision") == "bf16"), 0 if parts.get("engine") == "single" else 1, record.mode
@@ -88,7 +100,9 @@ def print_crosscheck(console: Console, records: Sequence[ItemRecord]) -> None:
     by_key = {(r.mode, r.cell): r for r in mine}
     first = {r.mode: r for r in reversed(mine)}
     strategies = sorted(first, key=lambda name: size(first[name]))
-    table = Table(title="crosscheck: each strategy against one process (✓ agrees, with its closest call as a share of τ)")
+    table = Table(
+        title="crosscheck: each strategy against one process (✓ agrees, with its closest call as a share of τ)"
+    )
     table.add_column("strategy", no_wrap=True)
     for cell in cells:
         table.add_column(cell, overflow="fold")
@@ -107,9 +121,10 @@ def print_crosscheck(console: Console, records: Sequence[ItemRecord]) -> None:
     console.print(table)
     agree = sum(r.outcome == Outcome.AGREES for r in mine)
     diverge = sum(r.outcome == Outcome.DIVERGES for r in mine)
+    expected = sum(r.outcome == Outcome.DIVERGES and not r.counts_against for r in mine)
     console.print(
-        f"{agree} agree, {diverge} diverge ({sum(r.outcome == Outcome.DIVERGES and not r.counts_against for r in mine)} "
-        f"as a documented failure expects), {len(mine) - agree - diverge} could not be compared",
+        f"{agree} agree, {diverge} diverge ({expected} as a documented failure expects), "
+        f"{len(mine) - agree - diverge} could not be compared",
         highlight=False,
     )
     for finding in findings(records):

@@ -13,22 +13,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.config.repros import Repro
 from harness.core.errors import UserError
 from harness.core.json import JsonValue
 from harness.pipeline.dispatch import ItemPolicy
 from harness.pipeline.session import RunSession
-from harness.planning.crosscheck import planned, select
+from harness.planning.crosscheck import planned, run_lane, select
 from harness.planning.items import Plan, selected_cells
 from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
 from harness.records.run_meta import RunMeta
 from harness.reports.crosscheck_table import findings, print_crosscheck
-from repros.trainer.crosscheck import item as crosscheck_item
 from repros.trainer.crosscheck.training import Breakage
-
-#: What every crosscheck item runs.
-CROSSCHECK_REPRO = Repro(spec=crosscheck_item.SPEC, module="repros.trainer.crosscheck.item")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +49,7 @@ def item_params(opts: RunOptions, request: CrosscheckRequest) -> dict[str, JsonV
 def run_crosscheck(
     opts: RunOptions, request: CrosscheckRequest, out: Path, console: Console, argv: Sequence[str]
 ) -> int:
-    lane = opts.selection.lane or (None if opts.selection.cells else opts.matrix.default_lane)
+    lane = run_lane(opts)
     strategies = select(opts.matrix.crosscheck, lane, request.strategies)
     if request.list_only:
         for strategy in strategies:
@@ -63,9 +58,13 @@ def run_crosscheck(
     cells = selected_cells(opts)
     items, excluded = planned(cells, strategies, item_params(opts, request))
     if not items:
-        raise UserError("--strategies", " ".join(request.strategies) or "(the lane's)", "leaves no item", "widen the selection")
+        raise UserError(
+            "--strategies", " ".join(request.strategies) or "(the lane's)", "leaves no item", "widen the selection"
+        )
     plan = Plan(items=items, excluded=excluded)
-    broken = f", each with a deliberate fault ({request.breakage}): every item should DIVERGE" if request.breakage else ""
+    broken = (
+        f", each with a deliberate fault ({request.breakage}): every item should DIVERGE" if request.breakage else ""
+    )
     console.print(
         f"crosscheck: {len(strategies)} strategies x {len(cells)} cells = {len(items)} items"
         f"{f' ({len(excluded)} not offered by their cell)' if excluded else ''}{broken}",
@@ -87,9 +86,15 @@ def run_crosscheck(
         found = findings(records)
         return {"crosscheck": {"strategies": [s.name for s in strategies], "findings": found}}
 
-    policy = ItemPolicy(repro_for=lambda item: CROSSCHECK_REPRO, annotate=annotate)
+    policy = ItemPolicy(annotate=annotate)
     session = RunSession(
-        dataclasses.replace(opts, out_dir=out), console, argv, None, plan=plan, kind="crosscheck", policy=policy,
+        dataclasses.replace(opts, out_dir=out),
+        console,
+        argv,
+        None,
+        plan=plan,
+        kind="crosscheck",
+        policy=policy,
         on_finished=ended,
     )
     return session.execute()

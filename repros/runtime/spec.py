@@ -31,9 +31,11 @@ PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 #: The most ranks a repro may ask for.
 MAX_WORLD_SIZE = 1024
 #: What makes a ``fixed`` run a PASS: ``trained`` (the fixed trainer's rule, judged from the
-#: training facts every rank records in ``ctx.facts["train"]``) or ``clean-exit`` (every rank ran
-#: to its end without an error: a user's script with a workaround, which records no facts).
-PASS_RULES = ("trained", "clean-exit")
+#: training facts every rank records in ``ctx.facts["train"]``), ``clean-exit`` (every rank ran
+#: to its end without an error: a user's script with a workaround, which records no facts) or ``agrees``
+#: (every rank ran to its end and the training agreed with one process training the same adapter: a
+#: failure that trains, only otherwise than it should, raises ``TrainsUnlikeOneProcess`` where it does not).
+PASS_RULES = ("trained", "clean-exit", "agrees")
 
 #: A check on the full text of an exception message; True when the text shows
 #: the documented symptom.

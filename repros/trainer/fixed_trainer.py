@@ -44,6 +44,27 @@ def make_optimizer(scenario: Scenario, params: list[Any]) -> Any:
     return torch.optim.AdamW(params, lr=scenario.learning_rate)
 
 
+class StepCounter:
+    """Counts the optimizer's real steps (torch's step post-hook: a step an engine skips never runs it)."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.taken = 0
+        optimizer.register_step_post_hook(self._stepped)
+
+    def _stepped(self, *_: Any) -> None:
+        self.taken += 1
+
+
+def nonfinite_gradient_term(loss: Any) -> Any:
+    """Zero, with a NaN gradient: ``torch.where`` selecting away a ``log(0)`` (a masked token's log-probability),
+    whose backward multiplies that branch's infinite gradient by the mask's zero. Added to a loss, the loss is
+    unchanged and every gradient it reaches is NaN: the masked-loss pitfall an RL loss meets (F34)."""
+    import torch
+
+    zero = loss - loss
+    return torch.where(torch.zeros_like(zero, dtype=torch.bool), torch.log(zero), torch.zeros_like(zero))
+
+
 class _Engine:
     """The few operations the loop needs, per engine. A subclass sets ``wrapped`` (what the
     loop calls), ``client_optimizer`` (the optimizer it built, which steps the adapters) and,
@@ -106,7 +127,14 @@ def deepspeed_config(scenario: Scenario) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": scenario.batch_size,
         "gradient_accumulation_steps": scenario.gradient_accumulation_steps,
-        "bf16": {"enabled": scenario.bf16},
+        "bf16": {
+            "enabled": scenario.bf16,
+            **(
+                {"check_grad_overflow": scenario.deepspeed_bf16_overflow_check}
+                if scenario.deepspeed_bf16_overflow_check is not None
+                else {}
+            ),
+        },
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         # ZeRO refuses a client optimizer it has not tested (torch's AdamW and Adam are) unless told.
@@ -430,24 +458,47 @@ def _train_own(effective: Scenario, ctx: RankContext, base: Any = None) -> Train
     before = engine.full_params(adapters)
     losses: list[float] = []
     grad_norms: dict[str, list[float | None]] = {name: [] for name, _ in adapters}
+    counter = StepCounter(engine.client_optimizer)
+    skipped: list[int] = []
     engine.wrapped.train()
     ctx.meters.training_begins()
-    for _ in range(ctx.steps):
+    for step in range(ctx.steps):
         ctx.meters.resume()
         loss = engine.forward(batch)
+        if effective.nonfinite_grad_at_step == step:
+            loss = loss + nonfinite_gradient_term(loss)
         engine.backward(loss)
         ctx.meters.pause()
         # Gradient probes are collectives under ZeRO and FSDP: every rank takes them, untimed.
-        for name, norm in engine.full_grad_norms(adapters).items():
-            grad_norms[name].append(norm)
+        norms = engine.full_grad_norms(adapters)
         ctx.meters.resume()
+        taken = counter.taken
         engine.step()
         ctx.meters.pause()
         ctx.meters.end_step()
         losses.append(float(loss.detach().float()))
+        if counter.taken == taken:
+            # The engine skipped the step: its gradient was never applied, so the facts leave it out.
+            skipped.append(step)
+            norms = dict.fromkeys(norms)
+            if effective.say_skipped_steps:
+                if ctx.rank == 0:
+                    print(
+                        f"ft-regress: optimizer step {step} was skipped by the engine (its gradient is not finite); "
+                        "the weights were not updated",
+                        flush=True,
+                    )
+        for name, norm in norms.items():
+            grad_norms[name].append(norm)
     after = engine.full_params(adapters)
 
     ctx.facts["train"] = train_facts(losses, grad_norms, before, after)
+    ctx.facts["optimizer_steps"] = {
+        "asked": ctx.steps,
+        "taken": counter.taken,
+        "skipped_at": skipped,
+        "said_by_trainer": bool(skipped and effective.say_skipped_steps),
+    }
     return Trained(engine=effective.engine, wrapped=engine.wrapped, model=model, batch=batch, losses=losses)
 
 

@@ -248,6 +248,12 @@ ACCELERATE_CP_SKIPPED = (Version("1.12.0"), Version("1.13.0"))
 #: (repros/catalog/f31_fsdp2_peft_chunked_nll_dtensor.py).
 TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN = (Version("1.4.0"), Version("1.7.0"))
 
+#: DeepSpeed 0.19.3 made bf16's gradient-overflow check the default (PR #8035): a bf16 ZeRO step whose
+#: gradient is not finite is skipped. 0.19.8 is the first release whose skip is logged (``LossScalerBase.
+#: update_scale``, "OVERFLOW! Skipping step"); bisected by F34 (repros/catalog/f34_zero_bf16_silent_skipped_step.py).
+DEEPSPEED_BF16_OVERFLOW_CHECK = Version("0.19.3")
+DEEPSPEED_SKIPPED_STEP_LOGGED = Version("0.19.8")
+
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
 GUARDED_PACKAGES = ("deepspeed", "transformers", "torch", "peft", "bitsandbytes", "accelerate", "torchao", "trl")
@@ -872,6 +878,55 @@ _BUILT_IN: tuple[GuardRule, ...] = (
         lambda v: (
             "a DeepSpeed config that leaves out a value the TrainingArguments also set trains with DeepSpeed's "
             "default, silently (F20); write every shared value as 'auto'"
+        ),
+    ),
+    GuardRule(
+        "say-skipped-steps",
+        "F34",
+        lambda s, v: (
+            s.engine == "deepspeed"
+            and s.bf16
+            and s.zero_stage >= 1
+            and not s.say_skipped_steps
+            and (deepspeed := v.get("deepspeed")) is not None
+            and deepspeed < DEEPSPEED_SKIPPED_STEP_LOGGED
+        ),
+        {"say_skipped_steps": True, "deepspeed_bf16_overflow_check": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} (< {DEEPSPEED_SKIPPED_STEP_LOGGED}) says nothing when a bf16 ZeRO step "
+            "is skipped for a non-finite gradient (from 0.19.3, PR #8035), or applies it unchecked (before): check for "
+            "overflow and say every skipped step (F34, DeepSpeed#8415)"
+        ),
+    ),
+    GuardRule(
+        "deepspeed-accumulation-boundary",
+        "F35",
+        lambda s, v: (
+            s.engine == "deepspeed"
+            and s.zero_stage in (1, 2)
+            and s.manual_accumulation > 1
+            and s.gradient_accumulation_steps == 1
+            and not s.deepspeed_accumulation_boundary
+        ),
+        {"deepspeed_accumulation_boundary": True},
+        lambda v: (
+            "ZeRO-1/2 with gradient_accumulation_steps 1 takes every backward() as the step's boundary and resets "
+            "its gradient accumulator there, so only the last micro-batch of a step is applied (F35, open-instruct "
+            "PR #1498): set_gradient_accumulation_boundary(False) before each backward but the last"
+        ),
+    ),
+    GuardRule(
+        "fp32-state-under-sharding",
+        "F36",
+        lambda s, v: (
+            s.optimizer == "adamw8bit"
+            and ((s.engine == "deepspeed" and s.zero_stage >= 1) or s.engine in ("fsdp1", "fsdp2"))
+        ),
+        {"optimizer": "adamw"},
+        lambda v: (
+            "an 8-bit optimizer decides and quantizes its state per tensor it is given: under ZeRO's flattened "
+            "partitions or FSDP's shards that is a shard, not a parameter, so a parameter gets 8-bit state where one "
+            "process gives it float32 (bitsandbytes#2080, torchao#4912; F36): keep float32 state (torch's AdamW)"
         ),
     ),
     GuardRule(

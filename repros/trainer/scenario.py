@@ -125,8 +125,23 @@ class Scenario:
     #: The HF loop's ``TrainingArguments.gradient_accumulation_steps``; the own loop's DeepSpeed config's
     #: ``gradient_accumulation_steps`` (the engine steps the optimizer on every N-th ``step()``).
     gradient_accumulation_steps: int = 1
-    #: The adapters' optimizer: ``adamw`` (torch's) or ``adamw8bit`` (bitsandbytes').
+    #: The adapters' optimizer: ``adamw`` (torch's), ``sgd`` (torch's plain SGD) or ``adamw8bit`` (bitsandbytes').
     optimizer: str = "adamw"
+    #: Micro-batches accumulated by hand per optimizer step: ``backward()`` called this many times before each
+    #: ``step()``, DeepSpeed's ``gradient_accumulation_steps`` left as it is (F35).
+    manual_accumulation: int = 1
+    #: DeepSpeed with ``manual_accumulation``: tell the engine which ``backward()`` ends the step
+    #: (``set_gradient_accumulation_boundary``), as it documents for such a loop (the F35 guard).
+    deepspeed_accumulation_boundary: bool = False
+    #: The loss's gradient is not finite at this step (0-based), the loss itself finite: a masked term that
+    #: ``torch.where`` selects away over ``log(0)`` (an RL loss's masked token), whose backward is NaN (F34).
+    nonfinite_grad_at_step: int | None = None
+    #: DeepSpeed's ``bf16.check_grad_overflow`` (``None``: the release's default; True from 0.19.3): a bf16 step
+    #: whose gradient is not finite is skipped rather than applied.
+    deepspeed_bf16_overflow_check: bool | None = None
+    #: The trainer says every optimizer step the engine skipped (the F34 guard). A skipped step's gradient is
+    #: left out of the training facts either way: it was never applied.
+    say_skipped_steps: bool = False
     #: The seed the test model's random weights (and then the adapter's) are drawn from.
     seed: int = 0
     #: HF loop only: keys the user's DeepSpeed config leaves out of those HF's guide sets to ``"auto"``

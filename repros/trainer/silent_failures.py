@@ -125,3 +125,8 @@ class TrainsUnlikeOneProcess(Exception):
     """A strategy trained, raising nothing, but not what one process trains on the same global batch: a
     loss, a gradient, a weight, a count of optimizer steps, or what was saved and reloaded differs from the
     one-process reference by more than the precision and the reduction order allow (``crosscheck``)."""
+
+
+class OptimizerStepSkippedSilently(Exception):
+    """An engine skipped optimizer steps (their gradient was not finite) and nothing said so: the loss was
+    logged, the loop went on, and the weights were not updated at those steps (F34)."""

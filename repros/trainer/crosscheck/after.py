@@ -82,7 +82,7 @@ def drop_one_tensor(out: Path) -> str:
 
     path = out / "adapter_model.safetensors"
     tensors = load_file(str(path))
-    dropped = sorted(tensors)[0]
+    dropped = str(sorted(tensors)[0])
     del tensors[dropped]
     save_file(tensors, str(path), metadata={"format": "pt"})
     return dropped

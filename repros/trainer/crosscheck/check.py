@@ -70,17 +70,30 @@ def _trajectory_facts(trajectory: Any) -> dict[str, Any]:
     }
 
 
+def _train_facts(trajectory: Any) -> dict[str, Any]:
+    """The fixed trainer's training facts (``model.train_facts``) of the strategy's trajectory."""
+    from repros.trainer.model import train_facts
+
+    norms = {
+        name: [None if g[name] is None else float(g[name].norm()) for g in trajectory.gradients]
+        for name in trajectory.initial
+    }
+    return train_facts(
+        trajectory.losses, norms, trajectory.initial, trajectory.weights[-1] if trajectory.weights else {}
+    )
+
+
 def crosscheck(
     ctx: RankContext,
     strategy: Strategy,
     seed: int,
     steps: int,
     breakage: Breakage | None = None,
-    boundary_api: bool = True,
     overrides: Callable[[Scenario], Scenario] | None = None,
 ) -> compare.Verdict | None:
     """Train ``strategy`` and its reference, compare, and raise ``TrainsUnlikeOneProcess`` on rank 0 where
-    they differ. Returns the verdict on rank 0 (None on the others)."""
+    they differ. Returns the verdict on rank 0 (None on the others). ``overrides`` changes the strategy's
+    scenario (never the reference's): a documented failure's configuration, the fixed trainer's guards."""
     import torch.distributed as dist
 
     from repros.trainer import adapter_io
@@ -112,8 +125,9 @@ def crosscheck(
         facts["reference_trajectory"] = _trajectory_facts(reference)
     if dist.is_initialized():
         dist.barrier()
-    trajectory, engine = train_strategy(strategy, ctx, seed, steps, breakage, boundary_api, overrides)
+    trajectory, engine = train_strategy(strategy, ctx, seed, steps, breakage, overrides)
     facts["trajectory"] = _trajectory_facts(trajectory)
+    ctx.facts["train"] = _train_facts(trajectory)
     scenario = scenario_of(strategy, seed)
     with adapter_io.shared_workdir() as work:
         out = work / "adapter"
@@ -148,3 +162,25 @@ def crosscheck(
             f"({verdict.compared} quantities compared; the reference: one process, {_REGIMES[strategy.regime]})"
         )
     return verdict
+
+
+def crosscheck_repro(
+    ctx: RankContext,
+    spec: Any,
+    strategy: Strategy,
+    documented: Callable[[Scenario], Scenario] = lambda s: s,
+    seed: int = 0,
+    steps: int = DEFAULT_STEPS,
+) -> compare.Verdict | None:
+    """A documented failure that trains, only otherwise than one process: ``strategy`` with the failure's
+    configuration (``documented`` changes the strategy's scenario), as users wrote it in ``bug`` mode, through
+    the fixed trainer's guards in ``fixed`` mode, held against one process. A divergence raises
+    ``TrainsUnlikeOneProcess`` for the failure's signature to name; agreeing is the fixed trainer's PASS
+    (``pass_rule="agrees"``)."""
+    from repros.trainer.guards import apply_guards
+    from repros.trainer.variants import scenario_for
+
+    scenario, guards = scenario_for(ctx, spec, documented(scenario_of(strategy, seed)))
+    ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
+    chosen = apply_guards(scenario, guards)
+    return crosscheck(ctx, strategy, seed, steps, overrides=lambda _: chosen)

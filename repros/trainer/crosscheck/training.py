@@ -94,6 +94,9 @@ def scenario_of(strategy: Strategy, seed: int, *, engine: str | None = None) -> 
         # FSDP2's mixed precision on the root as on the layers, as FSDP2's recipes shard a model.
         fsdp_root_mixed_precision=True,
         gradient_accumulation_steps=strategy.micro_batches if strategy.accumulation == "engine" else 1,
+        manual_accumulation=strategy.micro_batches if strategy.accumulation == "manual" else 1,
+        # By hand under DeepSpeed, as it documents such a loop: the boundary said (F35 where it is not).
+        deepspeed_accumulation_boundary=strategy.engine == "deepspeed" and strategy.accumulation == "manual",
         optimizer=strategy.optimizer,
         seed=seed,
         lora_r=ADAPTER_RANK,
@@ -172,10 +175,10 @@ class _Plain:
         self.engine.backward(loss)
 
     def full_grads(self) -> dict[str, Any]:
-        return self.engine.full_grads(self.adapters)
+        return dict(self.engine.full_grads(self.adapters))
 
     def full_params(self) -> dict[str, Any]:
-        return self.engine.full_params(self.adapters)
+        return dict(self.engine.full_params(self.adapters))
 
     def step(self) -> None:
         self.engine.step()
@@ -187,7 +190,7 @@ def train_reference(strategy: Strategy, ctx: RankContext, seed: int, steps: int,
     trained model (float32 master weights are what the trajectory holds)."""
     import torch
 
-    from repros.trainer.fixed_trainer import _ENGINES
+    from repros.trainer.fixed_trainer import _ENGINES, StepCounter
 
     reference = replace(strategy, engine="single", stage=None, checkpointing="none", accumulation="none")
     scenario = scenario_of(reference, seed)
@@ -198,7 +201,7 @@ def train_reference(strategy: Strategy, ctx: RankContext, seed: int, steps: int,
         runner: Any = _MasterWeights(scenario, model)
     else:
         runner = _Plain(_ENGINES["single"](scenario, ctx, model))
-    count = _StepCounter(runner.client_optimizer)
+    count = StepCounter(runner.client_optimizer)
     trajectory = Trajectory(initial=runner.full_params())
     batches = strategy.micro_batches * world
     for step in range(steps):
@@ -212,17 +215,6 @@ def train_reference(strategy: Strategy, ctx: RankContext, seed: int, steps: int,
 
 
 # --------------------------------------------------------------------------- a strategy on the ranks
-
-
-class _StepCounter:
-    """Counts the optimizer's real steps (torch's step post-hook: a step an engine skips never runs it)."""
-
-    def __init__(self, optimizer: Any) -> None:
-        self.taken = 0
-        optimizer.register_step_post_hook(self._stepped)
-
-    def _stepped(self, *_: Any) -> None:
-        self.taken += 1
 
 
 @contextmanager
@@ -241,15 +233,15 @@ def _skipping_next_step(optimizer: Any) -> Iterator[None]:
         optimizer.step = original
 
 
-def _accumulating(strategy: Strategy, engine: Any, last: bool, boundary_api: bool) -> Any:
+def _accumulating(strategy: Strategy, engine: Any, last: bool) -> Any:
     """What surrounds a micro-batch's forward and backward so the engine accumulates as the strategy says:
     by the engine (DDP and FSDP1 ``no_sync``, FSDP2 ``set_requires_gradient_sync``; DeepSpeed counts its
     own micro-steps), or by hand (every micro-batch reduced; DeepSpeed told where the step's boundary is with
     ``set_gradient_accumulation_boundary``, as it documents for a loop that calls ``backward`` several times
-    per ``step``, unless ``boundary_api`` is off)."""
+    per ``step``, where the scenario says so: ``Scenario.deepspeed_accumulation_boundary``)."""
     wrapped = engine.wrapped
     if strategy.engine == "deepspeed":
-        if strategy.accumulation == "manual" and boundary_api:
+        if strategy.accumulation == "manual" and engine.scenario.deepspeed_accumulation_boundary:
             wrapped.set_gradient_accumulation_boundary(last)
         return nullcontext()
     if strategy.accumulation != "engine" or last:
@@ -279,16 +271,15 @@ def train_strategy(
     seed: int,
     steps: int,
     breakage: Breakage | None = None,
-    boundary_api: bool = True,
     overrides: Callable[[Scenario], Scenario] | None = None,
 ) -> tuple[Trajectory, Any]:
     """Train ``strategy`` on every rank of the item (a collective: each rank calls it). Returns the trajectory
     (full tensors on every rank) and the fixed trainer's engine (for saving). ``overrides`` changes the
-    scenario further (a documented failure's configuration)."""
+    scenario further (a documented failure's configuration, or the fixed trainer's guards)."""
     import torch
     import torch.distributed as dist
 
-    from repros.trainer.fixed_trainer import _ENGINES, require_packages
+    from repros.trainer.fixed_trainer import _ENGINES, StepCounter, require_packages
 
     breakage = breakage or Breakage()
     scenario = scenario_of(strategy, seed)
@@ -298,7 +289,7 @@ def train_strategy(
     model = build(scenario)
     engine = _ENGINES[scenario.engine](scenario, ctx, model)
     adapters = engine.adapters()
-    count = _StepCounter(engine.client_optimizer)
+    count = StepCounter(engine.client_optimizer)
     trajectory = Trajectory(initial=engine.full_params(adapters))
     k = strategy.micro_batches
     engine.wrapped.train()
@@ -309,7 +300,7 @@ def train_strategy(
         for j in range(k):
             last = j == k - 1
             batch = micro_batch(seed, step, ctx.rank * k + j).to(ctx.device)
-            with _accumulating(strategy, engine, last, boundary_api):
+            with _accumulating(strategy, engine, last):
                 loss = engine.forward(batch)
                 _backward(strategy, engine, loss, breakage.loss_scale(step, ctx.rank, j))
             total += float(loss.detach().float())

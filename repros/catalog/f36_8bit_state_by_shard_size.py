@@ -1,0 +1,87 @@
+"""F36 - An 8-bit optimizer decides 8-bit or float32 state by the size of the shard it is given, not of the
+parameter: the same adapter trains otherwise when only the sharding changes.
+
+bitsandbytes' 8-bit optimizers keep float32 state for a tensor of fewer than ``min_8bit_size`` (4096) elements
+and 8-bit, blockwise-quantized state for a larger one, deciding on the tensor the optimizer is handed. Under
+ZeRO-1/2/3 that tensor is DeepSpeed's flattened partition of every trainable parameter (under FSDP1 with flat
+parameters, a unit's flat shard; bitsandbytes#2080): LoRA adapters whose every matrix one process keeps in float32
+state (each well under 4096 elements) get 8-bit state together, and train otherwise, nothing raised or logged.
+torchao's AdamW8bit decides on an FSDP2 DTensor's local shard the same way (torchao#4912, PR #4913 open). Both
+reporters ran it on two CPU ranks with gloo.
+
+bug:   ZeRO-2 in float32 with bitsandbytes' AdamW8bit as the client optimizer, held against one process training
+       the same adapter with the same optimizer (``crosscheck``'s comparison).
+fixed: the fixed trainer's guard keeps float32 state under sharding (torch's AdamW): one process's decision for
+       these tensors, at the memory float32 state costs (8 bytes a trainable element instead of 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from repros.catalog._stacks import CURRENT
+from repros.runtime.context import RankContext
+from repros.runtime.outcomes import Outcome
+from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.crosscheck.strategy import parse
+
+#: What runs: ZeRO-2 in float32 with bitsandbytes' AdamW8bit.
+STRATEGY = "zero2-fp32-adamw8bit"
+_ESTABLISHED = (
+    "python -m harness run --matrix matrix.yaml --lane nightly --repros F36 (2026-11-29, torch 2.13.0+cpu, 2 ranks, "
+    "gloo): REPRODUCED with bitsandbytes 0.47.0 and 0.50.2 (deepspeed 0.18.0, 0.19.2, 0.19.8); PASS through the guard"
+)
+
+
+def _sharded_8bit(facts: Mapping[str, Any]) -> bool:
+    sharded = (facts.get("engine") == "deepspeed" and facts.get("stage") in (1, 2, 3)) or facts.get("engine") in (
+        "fsdp1",
+        "fsdp2",
+    )
+    return sharded and facts.get("optimizer") == "adamw8bit"
+
+
+SPEC = ReproSpec(
+    id="F36",
+    title="an 8-bit optimizer decides 8-bit or float32 state by the local shard's size: sharding changes training",
+    upstream=(
+        "bitsandbytes-foundation/bitsandbytes#2080",
+        "bitsandbytes-foundation/bitsandbytes PR #2081 (a prototype, open)",
+        "pytorch/ao#4912",
+        "pytorch/ao PR #4913 (open)",
+    ),
+    signatures=(
+        Signature(
+            id="F36.state-precision-by-shard",
+            exception="repros.trainer.silent_failures.TrainsUnlikeOneProcess",
+            pattern=r"trains unlike one process: (weight|saved_adapter|reloaded|merged|grad_norm|gradient|loss)",
+            facts_checks=(_sharded_8bit,),
+            description="a sharded strategy with an 8-bit optimizer trains otherwise than one process with the same "
+            "optimizer (the state's precision was decided on a shard), nothing raised",
+        ),
+    ),
+    expectations=(
+        Expectation(
+            "bug", Outcome.REPRODUCED, {"bitsandbytes": ">=0.47"}, established_by=_ESTABLISHED, under=(CURRENT,)
+        ),
+        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+    ),
+    depends_on=("torch", "deepspeed", "bitsandbytes", "peft"),
+    depends_on_why=(
+        "bitsandbytes decides the state on the partition deepspeed hands it, of a peft adapter's parameters, in "
+        "torch; transformers builds the model and takes no part in the step"
+    ),
+    description=__doc__ or "",
+    steps=4,
+    pass_rule="agrees",
+    diverges=("zero[123]-*-adamw8bit",),
+    variants=(Variant("ddp", "DDP instead (each parameter whole: one process's decision)", {"engine": "ddp"}),),
+)
+
+
+def run(ctx: RankContext) -> None:
+    from repros.trainer.crosscheck.check import crosscheck_repro
+
+    variant = str(ctx.params.get("variant") or "")
+    crosscheck_repro(ctx, SPEC, parse("ddp-fp32-adamw8bit" if variant == "ddp" else STRATEGY))
