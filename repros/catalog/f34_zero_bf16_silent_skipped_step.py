@@ -80,9 +80,7 @@ SPEC = ReproSpec(
     ),
     description=__doc__ or "",
     steps=4,
-    variants=(
-        Variant("zero3", "ZeRO-3 instead", {"zero_stage": 3}),
-    ),
+    variants=(Variant("zero3", "ZeRO-3 instead", {"zero_stage": 3}),),
 )
 
 

@@ -38,9 +38,7 @@ _ESTABLISHED = (
 
 
 def _zero12_by_hand(facts: Mapping[str, Any]) -> bool:
-    return (
-        facts.get("engine") == "deepspeed" and facts.get("stage") in (1, 2) and facts.get("accumulation") == "manual"
-    )
+    return facts.get("engine") == "deepspeed" and facts.get("stage") in (1, 2) and facts.get("accumulation") == "manual"
 
 
 SPEC = ReproSpec(
