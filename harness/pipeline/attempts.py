@@ -112,6 +112,7 @@ def recover(item_dir: Path) -> list[Attempt]:
 
 def attempt_summary(record: ItemRecord, kept: Path | None) -> Attempt:
     error = record.error
+    closest = (record.crosscheck or {}).get("closest_ratio")
     return Attempt(
         outcome=record.outcome,
         signature=record.signature,
@@ -119,6 +120,7 @@ def attempt_summary(record: ItemRecord, kept: Path | None) -> Attempt:
         message=error.message[:MAX_MESSAGE_CHARS] if error else "",
         wall_s=record.wall_s,
         item_dir=str(kept) if kept else None,
+        **({"closest_ratio": closest} if isinstance(closest, int | float | str) else {}),
     )
 
 

@@ -112,6 +112,8 @@ class Attempt(Frozen):
     message: str = ""
     wall_s: float | None = None
     item_dir: str | None = None
+    #: crosscheck: the largest share of its tolerance any quantity took (how close the attempt came to diverging).
+    closest_ratio: float | str | None = None
 
 
 class Figure(Frozen):

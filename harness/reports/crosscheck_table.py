@@ -38,13 +38,23 @@ def where(record: ItemRecord) -> str:
     return f"{d.quantity}{at}{f' {tensor}' if tensor else ''}"
 
 
+def closest_ratio(record: ItemRecord) -> float | None:
+    """The largest share of a tolerance any quantity took, over every attempt of the item (``--repeat``)."""
+    found = [a.closest_ratio for a in record.attempts] or [(record.crosscheck or {}).get("closest_ratio")]
+    numbers = [float(v) for v in found if isinstance(v, int | float)]
+    return max(numbers) if numbers else None
+
+
 def cell_label(record: ItemRecord) -> str:
     if record.outcome == Outcome.AGREES:
-        ratio = (record.crosscheck or {}).get("closest_ratio")
-        return f"✓ {float(ratio):.2f}τ" if isinstance(ratio, int | float) else "✓"
+        ratio = closest_ratio(record)
+        seeds = f" ({record.repeat} seeds)" if record.repeat else ""
+        return f"✓ {ratio:.2f}τ{seeds}" if ratio is not None else "✓"
     if record.outcome == Outcome.DIVERGES:
         named = f" {record.signature}" if record.signature else " (undocumented)"
         return f"✗ {where(record)}{named}"
+    if record.outcome == Outcome.FLAKY and record.outcome_counts:
+        return "FLAKY " + ", ".join(f"{n} {o}" for o, n in sorted(record.outcome_counts.items()))
     return str(record.outcome)
 
 

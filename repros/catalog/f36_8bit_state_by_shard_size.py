@@ -73,7 +73,9 @@ SPEC = ReproSpec(
         "torch; transformers builds the model and takes no part in the step"
     ),
     description=__doc__ or "",
-    steps=4,
+    # The state's 8-bit rounding accumulates step by step: eight steps set it well beyond AdamW's tolerance (seeds
+    # 0-4: 2.7 to 4.2 times it; the same with float32 state: at most 0.05 times).
+    steps=8,
     pass_rule="agrees",
     diverges=("zero[123]-*-adamw8bit",),
     variants=(Variant("ddp", "DDP instead (each parameter whole: one process's decision)", {"engine": "ddp"}),),

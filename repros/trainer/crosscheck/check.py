@@ -170,17 +170,16 @@ def crosscheck_repro(
     strategy: Strategy,
     documented: Callable[[Scenario], Scenario] = lambda s: s,
     seed: int = 0,
-    steps: int = DEFAULT_STEPS,
 ) -> compare.Verdict | None:
     """A documented failure that trains, only otherwise than one process: ``strategy`` with the failure's
     configuration (``documented`` changes the strategy's scenario), as users wrote it in ``bug`` mode, through
     the fixed trainer's guards in ``fixed`` mode, held against one process. A divergence raises
     ``TrainsUnlikeOneProcess`` for the failure's signature to name; agreeing is the fixed trainer's PASS
-    (``pass_rule="agrees"``)."""
+    (``pass_rule="agrees"``). It trains the repro's ``steps``."""
     from repros.trainer.guards import apply_guards
     from repros.trainer.variants import scenario_for
 
     scenario, guards = scenario_for(ctx, spec, documented(scenario_of(strategy, seed)))
     ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
     chosen = apply_guards(scenario, guards)
-    return crosscheck(ctx, strategy, seed, steps, overrides=lambda _: chosen)
+    return crosscheck(ctx, strategy, seed, ctx.steps, overrides=lambda _: chosen)
