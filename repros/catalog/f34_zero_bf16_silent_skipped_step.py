@@ -35,9 +35,10 @@ SCENARIO = Scenario(zero_stage=2, bf16=True, gradient_checkpointing=False, nonfi
 #: What DeepSpeed's logger writes about a skipped step, in the releases that say it.
 SAID = ("OVERFLOW", "Skipping step", "skipped")
 _ESTABLISHED = (
-    "python -m harness bisect --repro F34 --mode bug --package deepspeed --good 0.19.2 --bad 0.19.3, and --good 0.19.8 "
-    "--bad 0.19.3 (2026-11-29, torch 2.13.0+cpu, 2 ranks, gloo): 0.19.2 applies the step (NOT_REPRODUCED), 0.19.3 "
-    "to 0.19.7 skip it silently (REPRODUCED), 0.19.8 logs the skip (NOT_REPRODUCED)"
+    "python -m harness bisect --repro F34 --mode bug --package deepspeed --good 0.19.8 --bad 0.19.3 (2026-11-29, "
+    "torch 2.13.0+cpu, 2 ranks, gloo): 0.19.3, 0.19.5, 0.19.6, 0.19.7 REPRODUCED, first good 0.19.8 (it logs the "
+    "skip); python -m harness run --cells ds-0.19.2,ds-0.19.3,current --repros F34: 0.19.2 applies the step "
+    "(NOT_REPRODUCED), PASS through the guard in all three"
 )
 
 SPEC = ReproSpec(

@@ -19,15 +19,13 @@ fixed: the same through the fixed trainer's guard: ``set_gradient_accumulation_b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from repros.catalog._stacks import CURRENT, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
-from repros.trainer.crosscheck.strategy import parse
+from repros.trainer.crosscheck.strategy import diverged_strategy, parse
 
 #: What runs: ZeRO-2 in float32 with the micro-batches accumulated by hand.
 STRATEGY = "zero2-fp32-accum-manual"
@@ -37,8 +35,10 @@ _ESTABLISHED = (
 )
 
 
-def _zero12_by_hand(facts: Mapping[str, Any]) -> bool:
-    return facts.get("engine") == "deepspeed" and facts.get("stage") in (1, 2) and facts.get("accumulation") == "manual"
+def zero12_by_hand(message: str) -> bool:
+    """The strategy that diverged is ZeRO-1/2 accumulating by hand."""
+    strategy = diverged_strategy(message)
+    return strategy is not None and strategy.stage in (1, 2) and strategy.accumulation == "manual"
 
 
 SPEC = ReproSpec(
@@ -58,7 +58,7 @@ SPEC = ReproSpec(
             id="F35.last-micro-batch-only",
             exception="repros.trainer.silent_failures.TrainsUnlikeOneProcess",
             pattern=r"trains unlike one process: (grad_norm|gradient|weight|loss|saved_adapter|reloaded|merged)",
-            facts_checks=(_zero12_by_hand,),
+            checks=(zero12_by_hand,),
             description="a ZeRO-1/2 strategy accumulating by hand trains otherwise than one process on the same "
             "global batch (its gradient is the last micro-batch's), nothing raised",
         ),

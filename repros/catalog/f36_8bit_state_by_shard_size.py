@@ -17,14 +17,11 @@ fixed: the fixed trainer's guard keeps float32 state under sharding (torch's Ada
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
-from repros.trainer.crosscheck.strategy import parse
+from repros.trainer.crosscheck.strategy import diverged_strategy, parse
 
 #: What runs: ZeRO-2 in float32 with bitsandbytes' AdamW8bit.
 STRATEGY = "zero2-fp32-adamw8bit"
@@ -34,12 +31,13 @@ _ESTABLISHED = (
 )
 
 
-def _sharded_8bit(facts: Mapping[str, Any]) -> bool:
-    sharded = (facts.get("engine") == "deepspeed" and facts.get("stage") in (1, 2, 3)) or facts.get("engine") in (
-        "fsdp1",
-        "fsdp2",
-    )
-    return sharded and facts.get("optimizer") == "adamw8bit"
+def sharded_8bit(message: str) -> bool:
+    """The strategy that diverged shards the optimizer's tensors (ZeRO 1-3, FSDP) and steps them with an 8-bit
+    optimizer."""
+    strategy = diverged_strategy(message)
+    if strategy is None or strategy.optimizer != "adamw8bit":
+        return False
+    return (strategy.engine == "deepspeed" and (strategy.stage or 0) >= 1) or strategy.engine in ("fsdp1", "fsdp2")
 
 
 SPEC = ReproSpec(
@@ -56,7 +54,7 @@ SPEC = ReproSpec(
             id="F36.state-precision-by-shard",
             exception="repros.trainer.silent_failures.TrainsUnlikeOneProcess",
             pattern=r"trains unlike one process: (weight|saved_adapter|reloaded|merged|grad_norm|gradient|loss)",
-            facts_checks=(_sharded_8bit,),
+            checks=(sharded_8bit,),
             description="a sharded strategy with an 8-bit optimizer trains otherwise than one process with the same "
             "optimizer (the state's precision was decided on a shard), nothing raised",
         ),

@@ -8,6 +8,10 @@ runs on until the next traceback, a chained-exception line or a new log record. 
 traceback header (a truncated log) is scanned for lines that look like an exception line. The
 same exception raised by several ranks is reported once, with how many streams showed it.
 
+A log where nothing was raised may still show a failure in the metrics it logged: a gradient norm that is
+not finite beside a finite loss, DeepSpeed's count of skipped steps (``symptoms.py``); each such symptom is
+reported as the exception a harness run raises for it.
+
 The log is read as a stream, line by line, from its first line to its last (a file, or ``-``:
 standard input), never whole: memory stays bounded whatever its size (a line longer than
 ``MAX_LINE_BYTES`` is cut there, its rest skipped unread into memory; a message keeps at most
@@ -31,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from harness.analysis.explain.symptoms import Symptoms
 from harness.core.errors import UserError
 
 #: Terminal colour and cursor codes.
@@ -175,6 +180,8 @@ class _Scanner:
     def __init__(self) -> None:
         self.streams: dict[str, _Stream] = {}
         self.found = _Found()
+        #: What the log's metrics say where nothing was raised (``symptoms.py``).
+        self.symptoms = Symptoms()
 
     def _stream(self, name: str) -> _Stream:
         stream = self.streams.get(name)
@@ -195,6 +202,7 @@ class _Scanner:
 
     def line(self, number: int, raw: str) -> None:
         name, line = _clean(raw)
+        self.symptoms.line(number, line)
         stream = self._stream(name)
         if stream.reading:
             still = []
@@ -232,6 +240,8 @@ class _Scanner:
             stream.reading = []
             for etype, message_text, number in stream.bare:
                 self.found.add(etype, message_text, number)
+        for etype, message_text, number in self.symptoms.found():
+            self.found.add(etype, message_text, number)
         return LogScan(self.found.errors(), lines, self.found.not_kept)
 
 

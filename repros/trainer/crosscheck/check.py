@@ -15,7 +15,7 @@ from typing import Any
 from repros.runtime.context import RankContext
 from repros.runtime.record import ScenarioUnavailable
 from repros.trainer.crosscheck import after, compare
-from repros.trainer.crosscheck.strategy import Strategy
+from repros.trainer.crosscheck.strategy import DIVERGENCE_SAYS, Strategy
 from repros.trainer.crosscheck.tolerance import Tolerance
 from repros.trainer.crosscheck.training import (
     Breakage,
@@ -158,7 +158,7 @@ def crosscheck(
     if verdict.divergence is not None:
         ctx.facts["scenario_facts"]["quantity"] = verdict.divergence.quantity
         raise TrainsUnlikeOneProcess(
-            f"{strategy.name} trains unlike one process: {verdict.divergence.describe()} "
+            f"{strategy.name}{DIVERGENCE_SAYS}{verdict.divergence.describe()} "
             f"({verdict.compared} quantities compared; the reference: one process, {_REGIMES[strategy.regime]})"
         )
     return verdict

@@ -221,3 +221,18 @@ def matching(patterns: Iterable[str], candidates: Iterable[Strategy]) -> list[St
     """The candidates whose names match any of ``patterns`` (shell-style: ``zero*-fp32``), in order."""
     wanted = list(patterns)
     return [s for s in candidates if any(fnmatch.fnmatchcase(s.name, p) for p in wanted)]
+
+
+#: How a divergence's message begins: ``<strategy> trains unlike one process: ...`` (``check.py``).
+DIVERGENCE_SAYS = " trains unlike one process: "
+
+
+def diverged_strategy(message: str) -> Strategy | None:
+    """The strategy a divergence's message names at its start, or None (another message)."""
+    name, said, _ = message.strip().partition(DIVERGENCE_SAYS)
+    if not said:
+        return None
+    try:
+        return parse(name)
+    except UnknownStrategy:
+        return None
