@@ -58,6 +58,20 @@ def run_command(
     return shlex.join(args + cache.flags())
 
 
+def crosscheck_command(matrix: Path, item: PlannedItem, stack: StackChoice, cache: CacheChoice) -> str:
+    """``crosscheck`` of one item: its strategy, in its matrix cell, on the stack ``stack`` chose, as it was asked
+    (its steps, seed and deliberate fault)."""
+    assert item.strategy is not None
+    args = [*_verb_in_cell("crosscheck", str(Path(matrix).resolve()), item.cell), "--strategies", item.strategy]
+    args += stack.for_cell(item.cell).flags()
+    asked = item.crosscheck or {}
+    for flag, key in (("--steps", "steps"), ("--seed", "seed"), ("--break", "break")):
+        value = asked.get(key)
+        if value is not None and (key == "steps" or value != 0):
+            args += [flag, str(value)]
+    return shlex.join(args + cache.flags())
+
+
 def item_stack(opts: RunOptions, item: PlannedItem, env: Environment | None = None) -> StackChoice:
     """What chose ``item``'s stack, whole: where its cell floats and the run gave no ``--as-of``, the
     time its environment's floating specs were resolved stands in for "now", so that a rerun
@@ -75,13 +89,7 @@ def repro_command(opts: RunOptions, item: PlannedItem, env: Environment | None =
     stack = item_stack(opts, item, env)
     dirs = repro_dirs_for(opts.selection.repros_dirs, item.module)
     if item.strategy is not None:
-        # A crosscheck item: its strategy, in its cell, as it was asked (steps, seed, a deliberate fault).
-        args = [*_verb_in_cell("crosscheck", matrix, item.cell), "--strategies", item.strategy, *stack.flags()]
-        asked = item.crosscheck or {}
-        for flag, key in (("--steps", "steps"), ("--seed", "seed"), ("--break", "break")):
-            if asked.get(key) not in (None, 0) or (key == "steps" and asked.get(key) is not None):
-                args += [flag, str(asked[key])]
-        return shlex.join(args + opts.cache.flags())
+        return crosscheck_command(opts.matrix.path, item, stack, opts.cache)
     scenario = item.scenario
     if scenario is not None:
         # A grid combination: the grid, restricted to it, in its cell.

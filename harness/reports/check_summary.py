@@ -161,8 +161,9 @@ def stack_has_a_failure(verdicts: Sequence[FailureVerdict]) -> bool:
     return any(v.verdict == HAS for v in verdicts)
 
 
-def conclusion(verdicts: Sequence[FailureVerdict]) -> str:
-    """The last line: which documented failures the stack has, of how many could run here."""
+def conclusion(verdicts: Sequence[FailureVerdict], diverged: int = 0) -> str:
+    """The last line: which documented failures the stack has, of how many could run here, and how many
+    strategies train otherwise than one process (``crosscheck``)."""
     counts = {kind: [v.repro for v in verdicts if v.verdict == kind] for kind in (HAS, HAS_NOT, CANNOT_RUN, UNCLEAR)}
     ran = len(counts[HAS]) + len(counts[HAS_NOT]) + len(counts[UNCLEAR])
     said = (
@@ -175,4 +176,6 @@ def conclusion(verdicts: Sequence[FailureVerdict]) -> str:
         rest.append(f"{len(counts[UNCLEAR])} unclear ({', '.join(counts[UNCLEAR])})")
     if counts[CANNOT_RUN]:
         rest.append(f"{len(counts[CANNOT_RUN])} could not run here")
+    if diverged:
+        rest.append(f"{diverged} training strategies train otherwise than one process (crosscheck, above)")
     return said + (f"; {'; '.join(rest)}" if rest else "")

@@ -40,7 +40,7 @@ def where(record: ItemRecord) -> str:
 
 def closest_ratio(record: ItemRecord) -> float | None:
     """The largest share of a tolerance any quantity took, over every attempt of the item (``--repeat``)."""
-    found = [a.closest_ratio for a in record.attempts] or [(record.crosscheck or {}).get("closest_ratio")]
+    found: list[object] = [a.closest_ratio for a in record.attempts] or [(record.crosscheck or {}).get("closest_ratio")]
     numbers = [float(v) for v in found if isinstance(v, int | float)]
     return max(numbers) if numbers else None
 

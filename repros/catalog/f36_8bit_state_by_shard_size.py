@@ -75,7 +75,7 @@ SPEC = ReproSpec(
     # 0-4: 2.7 to 4.2 times it; the same with float32 state: at most 0.05 times).
     steps=8,
     pass_rule="agrees",
-    diverges=("zero[123]-*-adamw8bit",),
+    diverges=("zero[123]-fp32*-adamw8bit",),
     variants=(Variant("ddp", "DDP instead (each parameter whole: one process's decision)", {"engine": "ddp"}),),
 )
 

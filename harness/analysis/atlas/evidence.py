@@ -2,7 +2,9 @@
 
 - a run (``results.jsonl``; ``run``, ``check``, a nightly shard or merge, a ``--prove``): each ``bug`` record
   of a documented scenario is a claim of one point, every package the failure depends on at the version its
-  ranks imported (``run.json``'s listing for a package records do not carry);
+  ranks imported (``run.json``'s listing for a package records do not carry); a crosscheck record is one for
+  each documented failure that makes its strategy diverge (a divergence it names, or an agreement), and a
+  divergence nobody documented is kept as a note (a finding);
 - a bisect (``bisect.json``): where it found a boundary, the releases it ran on each side of it, under the
   base cell's other packages, and the boundary itself; its steps are points too;
 - a watch night (``changes.json``): for each change whose release watch named (its culprit), the last
@@ -16,6 +18,7 @@ A directory holding none of these is a ``UserError``; a record line that cannot 
 
 from __future__ import annotations
 
+import fnmatch
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ from harness.records.results import read_results
 from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.cost_table import CostEntry
+from repros.runtime.outcomes import Outcome
 
 
 @dataclass
@@ -94,9 +98,14 @@ def record_evidence(
     )
 
 
-def point(record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: Path) -> Claim | None:
-    """A ``bug`` record of the documented scenario as a claim of one point (None: it observed nothing)."""
+def point(
+    record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: Path, crosscheck: bool = False
+) -> Claim | None:
+    """A ``bug`` record of the documented scenario (or a crosscheck record read as one) as a claim of one point
+    (None: it observed nothing)."""
     if record.mode != "bug" or record.variant is not None or record.scenario is not None:
+        return None
+    if record.kind == "crosscheck" and not crosscheck:
         return None
     if verdict_of(record.outcome) == UNOBSERVED:
         return None
@@ -114,12 +123,43 @@ def point(record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: P
     )
 
 
+def crosscheck_claims(record: ItemRecord, meta: RunMeta, discovery: Discovery, where: Path) -> list[tuple[str, Claim]]:
+    """A crosscheck record as evidence of the documented failures that make its strategy diverge (their SPEC's
+    ``diverges``): a divergence one of them names is that failure observed (REPRODUCED), an agreement is its
+    absence (NOT_REPRODUCED), each at the record's versions."""
+    if record.kind != "crosscheck" or record.strategy is None or verdict_of(record.outcome) == UNOBSERVED:
+        return []
+    found: list[tuple[str, Claim]] = []
+    for repro in discovery.repros.values():
+        spec = repro.spec
+        if not any(fnmatch.fnmatchcase(record.strategy, p) for p in spec.diverges):
+            continue
+        named = record.signature is not None and any(s.id == record.signature for s in spec.signatures)
+        if record.outcome == Outcome.AGREES:
+            outcome = Outcome.NOT_REPRODUCED
+        elif record.outcome == Outcome.DIVERGES and named:
+            outcome = Outcome.REPRODUCED
+        else:
+            continue  # it diverged otherwise: not this failure's evidence either way
+        claim = point(record.evolve(mode="bug", outcome=outcome), meta, spec.deciding_packages, where, crosscheck=True)
+        if claim is not None:
+            found.append((spec.id, claim))
+    return found
+
+
 def _read_run(path: Path, discovery: Discovery, sources: Sources) -> list[ItemRecord]:
     run = RunDir(path)
     records = read_results(run.results_path, lenient=True)
     sources.notes.extend(records.skipped)
     meta = run.read_meta()
     for record in records:
+        for failure, kept in crosscheck_claims(record, meta, discovery, path):
+            sources.add(failure, kept)
+        if record.kind == "crosscheck" and record.outcome == Outcome.DIVERGES and record.signature is None:
+            sources.notes.append(
+                f"{path}: {record.cell}/{record.strategy} trains unlike one process, named by no documented failure "
+                f"(a finding; rerun: {record.repro_cmd})"
+            )
         repro = discovery.repros.get(record.repro)
         if repro is None:
             continue

@@ -25,11 +25,14 @@ from harness.core.text import plain
 from harness.environments.stacks import read_interpreter
 from harness.execution.gpu_lease import visible_gpus
 from harness.pipeline.session import RunSession
+from harness.planning.crosscheck import CROSSCHECK
 from harness.planning.items import RunOptions, plan_items
 from harness.records.item import ItemRecord
 from harness.records.run_meta import RunMeta
 from harness.reports.check_summary import check_verdicts, conclusion, stack_has_a_failure
+from harness.reports.crosscheck_table import print_crosscheck
 from harness.reports.terminal import print_summary
+from repros.runtime.outcomes import Outcome
 
 #: The matrix of ``check``: one passthrough cell, ``here``.
 CHECK_MATRIX = Path(__file__).resolve().parents[1] / "check_matrix.yaml"
@@ -66,7 +69,8 @@ def check_options(values: Mapping[str, object], out: Path | None, world_size: in
     if opts.selection.repros:
         return opts
     built_in = tuple(r for r, repro in sorted(opts.discovery.repros.items()) if repro.module.startswith("repros."))
-    return dataclasses.replace(opts, selection=opts.selection.evolve(repros=built_in))
+    # And the strategies held against one process (the check matrix's crosscheck section).
+    return dataclasses.replace(opts, selection=opts.selection.evolve(repros=(*built_in, CROSSCHECK)))
 
 
 class CheckCommand(Command):
@@ -93,14 +97,17 @@ class CheckCommand(Command):
         found: dict[str, bool] = {}
 
         def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> None:
-            print_summary(console, records, plan.excluded)
+            repros = [r for r in records if r.kind != "crosscheck"]
+            print_summary(console, repros, plan.excluded)
             known = [repro.spec for repro in opts.discovery.repros.values()]
-            verdicts = check_verdicts(records, plan.excluded, known)
+            verdicts = check_verdicts(repros, [e for e in plan.excluded if e.repro != CROSSCHECK], known)
             console.print(plain("\nthis stack, failure by failure:"), highlight=False, markup=False)
             for verdict in verdicts:
                 console.print(plain(verdict.line()), highlight=False, markup=False)
-            found["has"] = stack_has_a_failure(verdicts)
-            console.print(plain(conclusion(verdicts)), highlight=False, markup=False)
+            print_crosscheck(console, records)
+            diverged = [r for r in records if r.kind == "crosscheck" and r.outcome == Outcome.DIVERGES]
+            found["has"] = stack_has_a_failure(verdicts) or bool(diverged)
+            console.print(plain(conclusion(verdicts, len(diverged))), highlight=False, markup=False)
 
         status = RunSession(opts, console, argv, None, plan=plan, kind="check", on_finished=ended).execute()
         if status not in (0, 1):

@@ -28,8 +28,10 @@ from harness.environments.releases import VersionsUnavailable, between, released
 from harness.execution.containment.leftovers import sweep_dead_runs
 from harness.pipeline.executors import ExecutorContext, ItemJob, make_executor
 from harness.pipeline.item_runner import ItemRunner
-from harness.planning.commands import run_command
-from harness.planning.items import PlannedItem
+from harness.planning.commands import crosscheck_command, run_command
+from harness.planning.crosscheck import CROSSCHECK
+from harness.planning.crosscheck import planned as planned_crosscheck
+from harness.planning.items import PlannedItem, repro_of
 from harness.planning.run_options import AttemptPolicy, RunOptions, StackChoice
 from harness.records.bisect import BISECT_FILE, FOUND, BisectReport, Step
 from harness.records.item import ItemRecord
@@ -40,6 +42,8 @@ from harness.records.run_meta import new_run_id
 from harness.workflows.bisect.axes import DateAxis, VersionAxis
 from harness.workflows.bisect.search import SearchResult, State, search
 from repros.runtime.outcomes import UNOBSERVED
+from repros.trainer.crosscheck.strategy import UnknownStrategy
+from repros.trainer.crosscheck.strategy import parse as parse_strategy
 
 #: One item per environment: a cell's pre-imported worker would save nothing.
 BISECT_LAUNCHER = "torchrun"
@@ -165,7 +169,7 @@ class StepRunner:
         self.run_id = run_id
         self.writer = writer
         self.console = console
-        self.repro = opts.run.discovery.repros[opts.repro]
+        self.repro = repro_of(opts.run, self._item(cell))
         self._by_identity: dict[Hashable, ItemRecord] = {}
         self.records: dict[str, ItemRecord] = {}
         self.steps: list[Step] = []
@@ -230,12 +234,20 @@ class StepRunner:
         )
 
     def _item(self, cell: Cell) -> PlannedItem:
+        if self.opts.repro == CROSSCHECK:
+            items, _ = planned_crosscheck(
+                [cell], [parse_strategy(self.opts.mode)], {"seed": 0, "steps": self.opts.run.matrix.crosscheck.steps}
+            )
+            return items[0]
+        repro = self.opts.run.discovery.repros[self.opts.repro]
         return PlannedItem(
-            cell, self.opts.repro, self.repro.module, self.opts.mode, self.repro.spec.world_size or cell.world_size
+            cell, self.opts.repro, repro.module, self.opts.mode, repro.spec.world_size or cell.world_size
         )
 
     def _command(self, cell: Cell, stack: StackChoice) -> str:
         run = self.opts.run
+        if self.opts.repro == CROSSCHECK:
+            return crosscheck_command(run.matrix.path, self._item(cell), stack, run.cache)
         return run_command(
             run.matrix.path,
             cell,
@@ -325,11 +337,17 @@ def execute_bisect(opts: BisectOptions, console: Console) -> int:
 
 def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
     run = opts.run
-    if opts.repro not in run.discovery.repros:
+    if opts.repro == CROSSCHECK:
+        try:
+            parse_strategy(opts.mode)
+        except UnknownStrategy as exc:
+            raise UserError("--mode", opts.mode, f"is no crosscheck strategy: {exc}", "see crosscheck --list") from None
+    elif opts.repro not in run.discovery.repros:
         raise UserError("--repro", opts.repro, "unknown repro", unknown_repro_fix(opts.repro, run.discovery.repros))
-    modes = run.discovery.repros[opts.repro].spec.modes
-    if opts.mode not in modes:
-        raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")
+    else:
+        modes = run.discovery.repros[opts.repro].spec.modes
+        if opts.mode not in modes:
+            raise UserError("--mode", opts.mode, f"{opts.repro} has no such mode", f"use one of: {', '.join(modes)}")
     cell = opts.base or base_cell(run.matrix, opts.cell)
     if run.stack.as_of:
         cell = dataclasses.replace(cell, as_of=run.stack.as_of)

@@ -86,7 +86,7 @@ def outcome_changed(before: ItemRecord, after: ItemRecord) -> bool:
     """A different outcome, or the same failure with another signature or exception type."""
     if before.outcome != after.outcome:
         return True
-    if after.outcome in (Outcome.PASS, Outcome.NOT_REPRODUCED):
+    if after.outcome in (Outcome.PASS, Outcome.NOT_REPRODUCED, Outcome.AGREES):
         return False
     error_type = (before.error.type if before.error else None), (after.error.type if after.error else None)
     return before.signature != after.signature or error_type[0] != error_type[1]

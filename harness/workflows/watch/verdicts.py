@@ -7,8 +7,9 @@ from harness.records.changes import CHANGED, FIXED_UPSTREAM, REGRESSED
 from harness.records.item import ItemRecord
 from repros.runtime.outcomes import UNOBSERVED, Outcome
 
-#: What a trainer that trains shows: the fixed mode's PASS, the bug mode's NOT_REPRODUCED.
-TRAINS = (Outcome.PASS, Outcome.NOT_REPRODUCED)
+#: What a trainer that trains shows: the fixed mode's PASS, the bug mode's NOT_REPRODUCED, a crosscheck
+#: strategy's AGREES (it trains what one process trains).
+TRAINS = (Outcome.PASS, Outcome.NOT_REPRODUCED, Outcome.AGREES)
 
 
 def observed(record: ItemRecord) -> bool:
@@ -33,6 +34,9 @@ def verdict_of(before: ItemRecord, after: ItemRecord) -> tuple[str, str]:
         return CHANGED, f"{was} -> {now}: one night did not observe the item, so nothing is judged"
     if after.mode == "bug" and before.outcome == Outcome.REPRODUCED and after.outcome == Outcome.NOT_REPRODUCED:
         return FIXED_UPSTREAM, f"the documented failure ({before.signature}) no longer reproduces"
+    if before.outcome == Outcome.DIVERGES and after.outcome == Outcome.AGREES:
+        what = f"the documented failure ({before.signature})" if before.signature else "the divergence"
+        return FIXED_UPSTREAM, f"{what} is gone: the strategy trains what one process trains"
     if before.outcome in TRAINS and after.outcome not in TRAINS:
         return REGRESSED, f"it trained ({was}) and now fails: {now}"
     if before.outcome not in TRAINS and after.outcome not in TRAINS:

@@ -35,7 +35,9 @@ picked until the tests pass (docs/crosscheck.md says the same in prose, with wha
 * An adaptive optimizer (AdamW) divides each element's step by the root of its own squared gradients, so an
   element whose gradient lies within rounding of zero may be stepped anywhere in ``±lr``. With the elements'
   gradients spread smoothly around zero, the share of such elements is about the gradient's relative rounding
-  ``ε_g = (s + 1) · (u_compute + u_fp32 · √R)``, and their steps, against the whole update, about ``2 √ε_g``.
+  ``ε_g``, and their steps, against the whole update, about ``2 √ε_g``. In float32 only the reduction order
+  differs, ``ε_g = (s + 1) · u_fp32 · √R``; bf16 compute rounds every element on its own, up to the gradient's
+  own tolerance, ``ε_g = (s + 1) · (κ_gradient · u_bf16 + u_fp32 · √R)``.
   The elements stepped differently move the next step's gradients, gradient norm and loss with them, by as
   much against theirs. Plain SGD (the strategies' default optimizer) has no such term: a difference of a
   gradient reaches the weights in proportion, which is why it is the default.
@@ -45,7 +47,7 @@ So a quantity ``q`` at step ``s`` agrees when its relative difference is at most
     τ(q, s) = κ_q · (s + 1) · (u_compute + u_fp32 · √R)
               + (s + 1) · u_stored · ‖w‖ / ‖Δw‖                   (weights, saved adapters)
               + (s + 1) · u_fp32 · ‖y‖ / ‖Δy‖ + κ_q · u_stored     (outputs; the second term where saved narrower)
-              + 2 · √((s + 1) · (u_compute + u_fp32 · √R))        (weights under an adaptive optimizer;
+              + 2 · √ε_g(s)                                       (weights under an adaptive optimizer;
                                                                    loss and gradients at s + 1)
 
 with ``u_fp32 = 2^-24`` and ``u_compute`` the compute precision's unit (``0`` for float32, ``2^-8`` for bf16).
@@ -135,10 +137,11 @@ class Tolerance:
     def adaptive_term(self, step: int) -> float:
         """``2 √ε_g``: how differently an adaptive optimizer may step the elements whose gradients lie within
         rounding of zero, against the whole update (see the module's docstring)."""
-        return 2 * math.sqrt((step + 1) * (self.compute_unit + self.reduction_unit))
+        rounding = KAPPA["gradient"] * self.compute_unit + self.reduction_unit
+        return 2 * math.sqrt((step + 1) * rounding)
 
     def describe(self) -> str:
-        adaptive = " + 2·√((step+1)·(u_compute + u_reduction)) for an adaptive optimizer" if self.adaptive else ""
+        adaptive = " + 2·√((step+1)·(κ_g·u_compute + u_reduction)) for an adaptive optimizer" if self.adaptive else ""
         return (
             f"τ = κ·(step+1)·({self.compute_unit:.3g} + 2^-24·√({self.tokens}·{self.width}) = "
             f"{self.reduction_unit:.3g}) + (step+1)·u_stored·‖value‖/‖change‖{adaptive}; κ: "
