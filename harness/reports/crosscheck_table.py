@@ -45,6 +45,27 @@ def closest_ratio(record: ItemRecord) -> float | None:
     return max(numbers) if numbers else None
 
 
+def _number(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def divergence_text(record: ItemRecord) -> str:
+    """``weight of T at step 1: 0.6938 against the reference's 0.6941, relative difference 0.0105 > tolerance
+    0.00655``: where and by how much the strategy left the reference (empty where it did not)."""
+    d = record.divergence
+    if d is None:
+        return ""
+    text = d.quantity + (f" of {d.tensor}" if d.tensor else "") + (f" at step {d.step}" if d.step is not None else "")
+    text += (
+        f": {_number(d.value)} against the reference's {_number(d.reference)}"
+        if d.reference is not None
+        else (f": {_number(d.value)}")
+    )
+    if d.rel_diff is not None:
+        text += f", relative difference {_number(d.rel_diff)} > tolerance {_number(d.tolerance)}"
+    return text
+
+
 def cell_label(record: ItemRecord) -> str:
     if record.outcome == Outcome.AGREES:
         ratio = closest_ratio(record)
@@ -102,24 +123,32 @@ def findings(records: Sequence[ItemRecord]) -> list[dict[str, JsonValue]]:
     ]
 
 
+def crosscheck_table(records: Sequence[ItemRecord]) -> tuple[list[str], list[tuple[str, dict[str, ItemRecord]]]]:
+    """(cells, rows): each strategy (smallest first) with its record per cell."""
+    mine = crosscheck_records(records)
+    cells = list(dict.fromkeys(r.cell for r in mine))
+    first = {r.mode: r for r in reversed(mine)}
+    rows: dict[str, dict[str, ItemRecord]] = {name: {} for name in sorted(first, key=lambda name: size(first[name]))}
+    for record in mine:
+        rows[record.mode][record.cell] = record
+    return cells, list(rows.items())
+
+
 def print_crosscheck(console: Console, records: Sequence[ItemRecord]) -> None:
     mine = crosscheck_records(records)
     if not mine:
         return
-    cells = list(dict.fromkeys(r.cell for r in mine))
-    by_key = {(r.mode, r.cell): r for r in mine}
-    first = {r.mode: r for r in reversed(mine)}
-    strategies = sorted(first, key=lambda name: size(first[name]))
+    cells, rows = crosscheck_table(records)
     table = Table(
         title="crosscheck: each strategy against one process (✓ agrees, with its closest call as a share of τ)"
     )
     table.add_column("strategy", no_wrap=True)
     for cell in cells:
         table.add_column(cell, overflow="fold")
-    for name in strategies:
+    for name, entries in rows:
         row: list[Text | str] = [name]
         for cell in cells:
-            record = by_key.get((name, cell))
+            record = entries.get(cell)
             if record is None:
                 row.append(Text("-", style="dim"))
                 continue
@@ -137,21 +166,14 @@ def print_crosscheck(console: Console, records: Sequence[ItemRecord]) -> None:
         f"{len(mine) - agree - diverge} could not be compared",
         highlight=False,
     )
-    for finding in findings(records):
-        console.print(
-            plain(
-                f"✗ finding in {finding['cell']}: {finding['strategy']} trains unlike one process at "
-                f"{finding['quantity']}"
-                + (f" step {finding['step']}" if finding["step"] is not None else "")
-                + (f" ({finding['tensor']})" if finding["tensor"] else "")
-                + f": {finding['value']} against {finding['reference']}"
-                + (
-                    f", relative difference {finding['rel_diff']} > {finding['tolerance']}"
-                    if finding["rel_diff"] is not None
-                    else ""
-                )
-                + f"\n  rerun: {finding['repro_cmd']}"
-            ),
-            highlight=False,
-            markup=False,
-        )
+    smallest = {(f["cell"], f["strategy"]) for f in findings(records)}
+    for record in mine:
+        if (record.cell, record.mode) in smallest:
+            console.print(
+                plain(
+                    f"✗ finding in {record.cell}: {record.mode} trains unlike one process: {divergence_text(record)}"
+                    f"\n  rerun: {record.repro_cmd}"
+                ),
+                highlight=False,
+                markup=False,
+            )

@@ -39,13 +39,14 @@ from harness.records.results import Records, torn_line
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
 from harness.reports.changes_summary import culprit_text, headline, moved_text
 from harness.reports.cost_table import entries as cost_entries
+from harness.reports.crosscheck_table import cell_label, crosscheck_records, crosscheck_table, divergence_text
 from harness.reports.finished import FinishedRun
 from harness.reports.grid_tables import changes_between_cells as grid_changes
 from harness.reports.grid_tables import new_failures as grid_new_failures
 from harness.reports.grid_tables import table_data as grid_table
 from harness.reports.guard_costs import guard_costs
 from harness.reports.history import PastRun, history_items, load_history
-from harness.reports.plots import costs_plot, fixed_trainer_plot, guard_cost_plot, history_plot
+from harness.reports.plots import costs_plot, divergence_plot, fixed_trainer_plot, guard_cost_plot, history_plot
 from harness.reports.terminal import figures_text, format_bytes, format_step
 from repros.runtime.measures import Quantity, measures
 from repros.runtime.outcomes import Outcome
@@ -501,6 +502,9 @@ def report_parts(
     priced, unpriced = guard_costs(records)
     costs = cost_entries([records]) if any(r.variant for r in records) else []
     grid_cells, grid_rows = grid_table(records) if any(r.scenario for r in records) else ([], [])
+    crosscheck_cells, crosscheck_rows = crosscheck_table(records)
+    diverged = [r for r in crosscheck_records(records) if r.outcome == Outcome.DIVERGES]
+    crosscheck_plots = [(r, Markup(p) if (p := divergence_plot(r)) else None) for r in diverged[:PLOT_ITEMS]]
     script = _static("report.js")
     fixed = [r for r in records if r.mode == "fixed"]
     history_keys = history_items(list(history))
@@ -563,6 +567,12 @@ def report_parts(
         grid_rows=grid_rows,
         grid_failures=grid_new_failures(records),
         grid_changes=grid_changes(records),
+        crosscheck_cells=crosscheck_cells,
+        crosscheck_rows=crosscheck_rows,
+        crosscheck_plots=crosscheck_plots,
+        crosscheck_cut=len(diverged) if len(diverged) > PLOT_ITEMS else 0,
+        crosscheck_label=cell_label,
+        divergence_text=divergence_text,
         history_runs=list(history),
         history_skipped=list(history_skipped),
         history_rows=_history(history, history_moved),

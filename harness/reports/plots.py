@@ -203,3 +203,33 @@ def _step_ms(record: ItemRecord | None) -> float:
 def _mib(record: ItemRecord | None) -> float:
     found = memory(record) if record is not None else None
     return found.bytes / MIB if found else float("nan")
+
+
+def _series(values: object) -> list[float]:
+    """A trajectory's values as numbers (a non-finite one, written by name, as NaN: a gap in the line)."""
+    if not isinstance(values, list):
+        return []
+    return [float(v) if isinstance(v, int | float) else float("nan") for v in values]
+
+
+def divergence_plot(record: ItemRecord) -> str | None:
+    """A crosscheck strategy's loss and gradient norm per step against the one-process reference's, the step
+    where it diverged marked (None where the record holds no trajectories)."""
+    facts = record.crosscheck or {}
+    strategy, reference = facts.get("trajectory"), facts.get("reference_trajectory")
+    if not isinstance(strategy, dict) or not isinstance(reference, dict):
+        return None
+    fig, axes = figure(8.0, 2.4)
+    step = record.divergence.step if record.divergence else None
+    for ax, key, title in zip(axes, ("loss", "grad_norm"), ("loss", "gradient norm"), strict=True):
+        ours, theirs = _series(strategy.get(key)), _series(reference.get(key))
+        if theirs:
+            ax.plot(range(len(theirs)), theirs, "--", color="#57606a", label="one process (reference)")
+        if ours:
+            ax.plot(range(len(ours)), ours, "-o", color="#cf222e", markersize=3, label=record.strategy or "strategy")
+        if isinstance(step, int):
+            ax.axvline(step, color="#cf222e", alpha=0.25, linewidth=6)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    axes[0].legend(loc="best", fontsize=7)
+    return svg_text(fig)

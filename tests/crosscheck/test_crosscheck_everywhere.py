@@ -70,7 +70,10 @@ def test_a_divergence_nobody_documented_is_a_finding_shown_by_its_smallest_strat
     console = Console(record=True, width=200)
     print_crosscheck(console, records)
     said = console.export_text()
-    assert "✗ finding in current: fsdp2-bf16 trains unlike one process at weight step 1" in said
+    assert (
+        "✗ finding in current: fsdp2-bf16 trains unlike one process: weight of m.q_proj.lora_B.default.weight at step 1"
+        in said
+    )
     assert "rerun: ft-regress crosscheck --cells current --strategies fsdp2-bf16" in said
     assert "F36.state-precision-by-shard" in said and "1 agree, 3 diverge (1 as a documented failure expects)" in said
 
