@@ -55,7 +55,14 @@ def run_crosscheck(
         for strategy in strategies:
             console.print(strategy.name, highlight=False, markup=False)
         return 0
-    cells = selected_cells(opts)
+    config = opts.matrix.crosscheck
+    # A lane's strategies run in the cells its section names (all of the lane's, where it names none); cells named
+    # with --cells run whatever the lane.
+    cells = [
+        c
+        for c in selected_cells(opts)
+        if opts.selection.cells or config.runs_in(lane, c.origin or c.family_of or c.name)
+    ]
     items, excluded = planned(cells, strategies, item_params(opts, request))
     if not items:
         raise UserError(
