@@ -5,7 +5,6 @@ Consulted only after an outcome has been observed, to say whether it matched.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -80,15 +79,19 @@ def crosscheck_expectation(
     device: str | None = None,
     world_size: int | None = None,
 ) -> CrosscheckExpectation:
-    """DIVERGES where a documented failure names the strategy among those it makes diverge and its bug mode is
-    expected to reproduce at these versions (on this device, at this world size); else AGREES."""
+    """DIVERGES where a documented failure says it makes the strategy diverge at these versions (on this device,
+    within the failure's world sizes); else AGREES."""
     for spec in known:
-        if not spec.diverges or not any(fnmatch.fnmatchcase(strategy, p) for p in spec.diverges):
+        if world_size is not None and world_size not in spec.world_sizes:
             continue
-        bug = expectation_for(spec, "bug", versions, device, world_size)
-        if bug is not None and bug.outcome == Outcome.REPRODUCED:
-            return CrosscheckExpectation(
-                Expectation("bug", Outcome.DIVERGES, bug.when, bug.established_by, note=spec.id, device=bug.device),
-                spec,
-            )
+        for where in spec.diverges:
+            if not where.names(strategy) or (where.device is not None and where.device != device):
+                continue
+            if holds(where.when, versions):
+                return CrosscheckExpectation(
+                    Expectation(
+                        "bug", Outcome.DIVERGES, where.when, where.established_by, note=spec.id, device=where.device
+                    ),
+                    spec,
+                )
     return CrosscheckExpectation(Expectation("bug", Outcome.AGREES, {}, CROSSCHECK_PREMISE))

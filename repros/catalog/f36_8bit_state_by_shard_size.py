@@ -20,7 +20,7 @@ from __future__ import annotations
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
 from repros.trainer.crosscheck.strategy import diverged_strategy, parse
 
 #: What runs: ZeRO-2 in float32 with bitsandbytes' AdamW8bit.
@@ -75,7 +75,16 @@ SPEC = ReproSpec(
     # 0-4: 2.7 to 4.2 times it; the same with float32 state: at most 0.05 times).
     steps=8,
     pass_rule="agrees",
-    diverges=("zero[123]-fp32*-adamw8bit",),
+    # In float32: with bf16 compute an adaptive optimizer's tolerance is too wide to see the 8-bit state's rounding.
+    diverges=(
+        Diverges(
+            ("zero[123]-fp32*-adamw8bit",),
+            {"bitsandbytes": ">=0.50"},
+            "python -m harness crosscheck --cells current --strategies zero2-fp32-adamw8bit,zero2-fp32-adamw,"
+            "ddp-fp32-adamw8bit --repeat 5 (2026-11-29, bitsandbytes 0.50.2, deepspeed 0.19.8, torch 2.13.0+cpu): "
+            "zero2's DIVERGES on every seed, the others agree",
+        ),
+    ),
     variants=(Variant("ddp", "DDP instead (each parameter whole: one process's decision)", {"engine": "ddp"}),),
 )
 

@@ -7,6 +7,7 @@ inside functions); the worker imports the same module to run it.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -208,6 +209,22 @@ class Variant:
     claim: str = ""
 
 
+@dataclass(frozen=True)
+class Diverges:
+    """``crosscheck`` strategies (names, or shell-style patterns such as ``zero[12]-*-accum-manual``) a documented
+    failure makes train otherwise than one process, where ``when`` holds (package -> specifier, as an
+    expectation's), with the command whose run established it: those items are expected to DIVERGE, named by one
+    of the failure's signatures."""
+
+    strategies: tuple[str, ...]
+    when: Mapping[str, str] = field(default_factory=dict)
+    established_by: str = ""
+    device: str | None = None
+
+    def names(self, strategy: str) -> bool:
+        return any(fnmatch.fnmatchcase(strategy, pattern) for pattern in self.strategies)
+
+
 #: The two variants every repro with a documented scenario has.
 AS_DOCUMENTED = "as-documented"
 FIXED_TRAINER = "fixed-trainer"
@@ -245,10 +262,8 @@ class ReproSpec:
     #: was proven in these and no others; () : every tracked package (``TRACKED_PACKAGES``) may matter.
     depends_on: tuple[str, ...] = ()
     depends_on_why: str = ""
-    #: ``crosscheck`` strategies (names, or shell-style patterns such as ``zero[12]-*-adamw8bit``) that this
-    #: failure makes train otherwise than one process wherever its bug mode is expected to reproduce: their
-    #: items are expected to DIVERGE, named by one of this failure's signatures.
-    diverges: tuple[str, ...] = ()
+    #: The ``crosscheck`` strategies this failure makes train otherwise than one process, and where.
+    diverges: tuple[Diverges, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse what would misreport or write outside a run's directory: a path in the id,
@@ -312,6 +327,12 @@ class ReproSpec:
             raise ValueError(f"{self.id}: depends_on must be a tuple of package names, found {self.depends_on!r}")
         if self.depends_on and not self.depends_on_why:
             raise ValueError(f"{self.id}: depends_on {list(self.depends_on)} needs depends_on_why (why no other can)")
+        for where in self.diverges:
+            if not isinstance(where, Diverges) or not where.strategies:
+                raise ValueError(f"{self.id}: diverges must be Diverges(strategies, when, established_by) entries")
+            bad = [p for p in where.when if not isinstance(p, str) or not PACKAGE_NAME.fullmatch(p)]
+            if bad:
+                raise ValueError(f"{self.id}: diverges 'when' names {bad[0]!r}, which is not a package name")
         if self.pass_rule not in PASS_RULES:
             raise ValueError(f"{self.id}: pass_rule {self.pass_rule!r} is not one of {PASS_RULES}")
         names = [v.name for v in self.variants]

@@ -89,6 +89,8 @@ def test_the_stack_failing_or_a_strategy_the_cell_cannot_run_is_infra_never_a_di
 
 
 def _documented(pattern: str) -> ReproSpec:
+    from repros.runtime.spec import Diverges
+
     return ReproSpec(
         id="F99",
         title="a documented divergence",
@@ -98,7 +100,7 @@ def _documented(pattern: str) -> ReproSpec:
             Expectation("bug", Outcome.REPRODUCED, {"deepspeed": "<0.19.8"}, "measured"),
             Expectation("bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.8"}, "measured"),
         ),
-        diverges=(pattern,),
+        diverges=(Diverges((pattern,), {"deepspeed": "<0.19.8"}, "measured"),),
     )
 
 

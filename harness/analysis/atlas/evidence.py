@@ -18,7 +18,6 @@ A directory holding none of these is a ``UserError``; a record line that cannot 
 
 from __future__ import annotations
 
-import fnmatch
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,7 +131,7 @@ def crosscheck_claims(record: ItemRecord, meta: RunMeta, discovery: Discovery, w
     found: list[tuple[str, Claim]] = []
     for repro in discovery.repros.values():
         spec = repro.spec
-        if not any(fnmatch.fnmatchcase(record.strategy, p) for p in spec.diverges):
+        if not any(where.names(record.strategy) for where in spec.diverges):
             continue
         named = record.signature is not None and any(s.id == record.signature for s in spec.signatures)
         if record.outcome == Outcome.AGREES:
