@@ -362,7 +362,7 @@ def test_an_atlas_keeps_its_evidence_when_built_again_from_itself(tmp_path: Path
     [
         (["check", "--stack", "torch>=2.5"], "--stack: torch>=2.5: is not an exact pin"),
         (["check", "--stack", "torch==2.5.1 torch==2.6.0"], "names torch twice"),
-        (["check", "--requirements", "/nonexistent/uv.lock"], "/nonexistent/uv.lock: cannot be read"),
+        (["check", "--requirements", "/nonexistent/uv.lock"], "/nonexistent/uv.lock: --requirements: no such file"),
         (["check", "--stack", "torch==2.5.1", "--repros", "F999"], "--repros: F999: unknown repro"),
         (["check", "--stack", "torch==2.5.1", "--from", "/nonexistent"], "--from: /nonexistent: is not a directory"),
         (["check"], "one of the arguments --stack --requirements --here is required"),

@@ -28,6 +28,7 @@ from harness.analysis.atlas.regions import public, verdict_of
 from harness.config.repros import Discovery
 from harness.core.errors import UserError
 from harness.core.invocation import program_text
+from harness.core.user_files import read_named_text
 from harness.records.bisect import BISECT_FILE, FOUND, BisectReport
 from harness.records.changes import CHANGES_FILE, Change, ChangesFileError, read_changes
 from harness.records.costs import COSTS_FILE, read_costs
@@ -36,6 +37,10 @@ from harness.records.results import read_results
 from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.cost_table import CostEntry
+
+
+#: The largest ``bisect.json`` read.
+MAX_BISECT_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -144,10 +149,10 @@ def _bisect_command(report: BisectReport, extra: Mapping[str, object]) -> str:
 def _read_bisect(path: Path, discovery: Discovery, sources: Sources, source: str = "bisect") -> None:
     """A bisect's boundary and the claims on its two sides; its steps' records as points."""
     file = path / BISECT_FILE
+    raw = read_named_text(file, "", "pass a bisect's directory", limit=MAX_BISECT_BYTES, what="a bisect's report")
     try:
-        raw = file.read_text(encoding="utf-8")
         report = BisectReport.model_validate_json(raw)
-    except (OSError, ValueError, ValidationError) as exc:
+    except (ValueError, ValidationError) as exc:
         raise UserError(
             file, "", f"is not a bisect's report ({str(exc).splitlines()[0]})", "pass a bisect's directory"
         ) from None

@@ -27,11 +27,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.core.errors import UserError
+from harness.core.user_files import read_named_text
 from harness.records.item import validation_problem
 
 ATLAS_FILE = "atlas.json"
 HTML_FILE = "index.html"
 SCHEMA_VERSION: Literal[1] = 1
+#: The largest ``atlas.json`` read (a few megabytes with a year of nights' evidence).
+MAX_ATLAS_BYTES = 256 * 2**20
 
 #: Where a claim comes from: a repro's expectations, a run's record, a bisect, a watch night's culprit.
 Source = Literal["catalog", "run", "bisect", "watch"]
@@ -143,10 +146,9 @@ def write_atlas(directory: Path, atlas: AtlasFile) -> Path:
 
 def read_atlas(path: Path) -> AtlasFile:
     """``atlas.json``, validated; a damaged one is a ``UserError`` naming the file and the field."""
+    text = read_named_text(path, "", "pass an atlas directory", limit=MAX_ATLAS_BYTES, what="an atlas")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(path, "", f"cannot be read ({exc.strerror})", "pass an atlas directory") from None
+        raw = json.loads(text)
     except (ValueError, RecursionError):
         raise UserError(path, "", "is not JSON", "build it again: ft-regress atlas build --out DIR") from None
     try:
