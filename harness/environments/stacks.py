@@ -142,7 +142,7 @@ _FIX_LOCK = "pass a lock (pip freeze > FILE, uv pip compile, uv.lock) or pin it 
 def marker_environment() -> dict[str, str]:
     """What a requirement's environment marker is evaluated against: the platform ft-regress runs on (where
     ``--prove`` builds a stack), as pip would evaluate it here."""
-    return dict(default_environment())
+    return {key: str(value) for key, value in default_environment().items()}
 
 
 def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -326,7 +326,9 @@ def _marker_holds(path: Path, field_: str, marker: str) -> bool:
     try:
         return Marker(marker).evaluate(marker_environment())
     except InvalidMarker:
-        raise UserError(path, field_, f"marker {marker!r} is not an environment marker", "regenerate the lock") from None
+        raise UserError(
+            path, field_, f"marker {marker!r} is not an environment marker", "regenerate the lock"
+        ) from None
 
 
 def read_requirements(path: Path, option: str = "--requirements") -> Stack:

@@ -100,7 +100,9 @@ def write_costs(path: Path, costs: CostsFile) -> Path:
 
 def read_costs(path: Path) -> list[CostEntry]:
     """The entries of a ``costs.json``; a ``UserError`` naming the file where it is not one."""
-    text = read_named_text(path, "", "pass the costs.json a 'costs' run wrote", limit=MAX_COSTS_BYTES, what="a costs table")
+    text = read_named_text(
+        path, "", "pass the costs.json a 'costs' run wrote", limit=MAX_COSTS_BYTES, what="a costs table"
+    )
     try:
         return CostsFile.model_validate_json(text).entries
     except ValidationError as exc:

@@ -38,7 +38,6 @@ from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.cost_table import CostEntry
 
-
 #: The largest ``bisect.json`` read.
 MAX_BISECT_BYTES = 64 * 2**20
 
