@@ -91,7 +91,8 @@ def written_pipe(fifo: Path) -> Iterator[Path]:
 
 def test_a_named_pipe_that_gives_a_file_is_read_as_the_file(written_pipe: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "atlas", "check", "--requirements", str(written_pipe), "--repros", "F1"],
+        [sys.executable, "-m", "harness", "atlas", "check", "--requirements", str(written_pipe), "--repros", "F1"]
+        + ["--device", "cpu"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -195,6 +195,7 @@ def _read_bisect(path: Path, discovery: Discovery, sources: Sources, source: str
     old_side = Claim(
         outcome=str(beside.outcome),
         when={package: f">={older},<={before}"},
+        observed={package: [older, before]},
         under=[held],
         device=at.device,
         world_sizes=f"=={at.world_size}",
@@ -203,7 +204,11 @@ def _read_bisect(path: Path, discovery: Discovery, sources: Sources, source: str
         evidence=[evidence],
     )
     new_side = old_side.model_copy(
-        update={"outcome": str(at.outcome), "when": {package: f">={report.boundary},<={newer}"}}
+        update={
+            "outcome": str(at.outcome),
+            "when": {package: f">={report.boundary},<={newer}"},
+            "observed": {package: [report.boundary, newer]},
+        }
     )
     for claim in (old_side, new_side):
         sources.add(report.repro, claim)
