@@ -176,8 +176,10 @@ def _check_observed(repro_id: str, expectation: Expectation) -> None:
     for name, versions in observed.items():
         if name not in expectation.when:
             raise ValueError(f"{repro_id}: observed names {name!r}, which the expectation's when does not")
-        if not isinstance(versions, tuple) or not versions or not all(
-            isinstance(v, str) and _VERSION.fullmatch(v) for v in versions
+        if (
+            not isinstance(versions, tuple)
+            or not versions
+            or not all(isinstance(v, str) and _VERSION.fullmatch(v) for v in versions)
         ):
             raise ValueError(f"{repro_id}: observed {name}: {versions!r} is not a tuple of releases")
 
