@@ -11,7 +11,8 @@
 - an atlas (``atlas.json``): every claim it kept from runs (the catalog's are read from the SPECs afresh);
 - ``costs.json`` anywhere among them: what each workaround costs.
 
-A directory holding none of these is a ``UserError``; a record line that cannot be read is skipped and named.
+A directory holding none of these is a ``UserError``; a record line that cannot be read (a torn last line, a
+line that is no record) is left out and named in the atlas's notes, with how many records that drops and why.
 """
 
 from __future__ import annotations
@@ -121,7 +122,11 @@ def point(record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: P
 def _read_run(path: Path, discovery: Discovery, sources: Sources) -> list[ItemRecord]:
     run = RunDir(path)
     records = read_results(run.results_path, lenient=True)
+    # Nothing left out in silence: each line not read as a record is a note of the atlas, with why.
     sources.notes.extend(records.skipped)
+    if records.torn is not None:
+        sources.notes.append(f"{records.torn.describe()}: 1 record left out of the atlas")
+    sources.notes.extend(records.duplicates)
     meta = run.read_meta()
     for record in records:
         repro = discovery.repros.get(record.repro)
