@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli.test_bad_options import cli
 from tests.support.paths import REPO_ROOT
 
 
@@ -27,17 +27,7 @@ def broken_plugin(tmp_path: Path) -> Path:
 
 
 def run(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FT_REGRESS_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(where), str(REPO_ROOT)])
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=where,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cli(where, *args, env={"PYTHONPATH": os.pathsep.join([str(where), str(REPO_ROOT)])})
 
 
 WARNING = (
