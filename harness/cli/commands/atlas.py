@@ -188,9 +188,11 @@ def _check(args: argparse.Namespace, discovery: Discovery, console: Console, arg
         file=sys.stderr,
     )
     if nothing_answered(answers):
+        count = len(answers)
+        asked = "the one failure asked about is" if count == 1 else f"all {count} failures asked about are"
         print(
-            f"nothing was answered: every one of the {len(answers)} failures asked about is unknown for this stack "
-            "(outside what runs proved, as each line says); --prove runs them",
+            f"nothing was answered: {asked} unknown for this stack (outside what runs proved, as each line says); "
+            "--prove runs them",
             file=sys.stderr,
         )
     return exit_status(answers)
