@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
 
 from harness.cli import options
-from harness.cli.commands import COMMANDS
+from harness.cli.commands import COMMANDS, Command
 from harness.core.errors import EXIT_USAGE, UserError, one_line
 from harness.core.invocation import program_text
 from harness.core.text import plain
@@ -48,14 +48,55 @@ def checked_paths(parser: argparse.ArgumentParser) -> None:
             action.type = options.path_value
 
 
-def parser() -> argparse.ArgumentParser:
+class BrokenVerb(Command):
+    """A verb an installed package declares whose code raised as it was loaded: the other verbs work, and this
+    one says which plugin and what it raised (exit 2)."""
+
+    help = "(could not be loaded)"
+
+    def __init__(self, name: str, origin: str, error: BaseException) -> None:
+        self.verb = name
+        self.origin = origin
+        self.error = f"{type(error).__name__}: {error}"
+
+    def warning(self) -> str:
+        said = f"the verb '{self.verb}' ({self.origin}) could not be loaded ({self.error}); the other verbs work"
+        return one_line(plain(f"warning: {said}"))
+
+    def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
+        raise UserError(
+            self.verb,
+            "",
+            f"the plugin that gives this verb ({self.origin}) raised as it was loaded: {self.error}",
+            "fix or uninstall that package",
+        )
+
+
+def _verbs() -> Iterator[Command]:
+    """Every verb, in order; one an installed package gives that cannot be loaded as a ``BrokenVerb`` (a
+    built-in verb that cannot be loaded is the harness's own bug: raised)."""
+    for name in COMMANDS.names():
+        try:
+            yield COMMANDS[name]()
+        except Exception as exc:  # a plugin's code: whatever it raises
+            origin = COMMANDS.origin(name)
+            if origin == "built in":
+                raise
+            yield BrokenVerb(name, origin, exc)
+
+
+def parser(warn: Callable[[str], None] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``warn`` is told, in one line each, of every verb plugin that could not be
+    loaded (its verb then exits 2 naming it)."""
     root = Parser(prog=program_name(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = root.add_subparsers(dest="command", required=True)
-    for command_class in COMMANDS.values():
-        command = command_class()
-        verb = sub.add_parser(command.name, help=command.help, description=command.help)
+    for command in _verbs():
+        name = command.verb if isinstance(command, BrokenVerb) else command.name
+        verb = sub.add_parser(name, help=command.help, description=command.help)
         command.add_arguments(verb)
         verb.set_defaults(handler=command)
+        if isinstance(command, BrokenVerb) and warn is not None:
+            warn(command.warning())
     checked_paths(root)
     return root
 
@@ -63,7 +104,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser().parse_args(argv)
+        root = parser(warn=lambda line: print(line, file=sys.stderr))
+        args, extra = root.parse_known_args(argv)
+        if extra and not isinstance(args.handler, BrokenVerb):  # a broken verb says what broke, whatever it was given
+            root.error(f"unrecognized arguments: {' '.join(extra)}")
     except RegistryClash as exc:  # two installed packages give one verb (or a choice) one name
         print(f"error: {plain(one_line(str(exc)))}", file=sys.stderr)
         return EXIT_USAGE

@@ -307,6 +307,7 @@ OPTIONS: dict[str, Option] = {
             "fixes its own keeps it; one whose failure cannot occur at N is excluded, saying why)",
             kind="int",
             metavar="N",
+            minimum=1,
             pytest_flags=("--repro-world-size",),
         ),
         Option(
@@ -389,8 +390,11 @@ def cache_choice(values: Mapping[str, Any], for_writing: bool = True) -> CacheCh
 
 def stack_choice(values: Mapping[str, Any]) -> StackChoice:
     """``--pin``, ``--as-of``, ``--model``, ``--world-size`` and ``--family``."""
-    if values.get("world_size") == 0:
-        raise UserError("--world-size", "0", "launches no rank", "pass 1 or more (the number of ranks of each item)")
+    world_size = values.get("world_size")
+    if world_size is not None and world_size < 1:
+        raise UserError(
+            "--world-size", str(world_size), "launches no rank", "pass 1 or more (the number of ranks of each item)"
+        )
     return StackChoice(
         pins=parse_pins(values.get("pin")),
         as_of=values.get("as_of"),

@@ -29,6 +29,7 @@ from harness.config.yaml_safety import load_yaml
 from harness.core.errors import UserError
 from harness.core.json import JsonObject, JsonValue
 from harness.core.names import one_of, unknown_repro_fix
+from harness.core.user_files import read_named
 from harness.environments import DEFAULT_PROVIDER, PROVIDERS, provider_class
 from harness.environments.passthrough import PassthroughProvider
 from harness.environments.specs import NEWEST
@@ -262,24 +263,15 @@ def _check_date(path: Path, field: str, value: str | None) -> str | None:
 
 
 def _read_capped(path: Path) -> bytes:
-    """The file's bytes, at most one more than ``MAX_MATRIX_BYTES`` (``/dev/zero`` is not read forever)."""
-    with path.open("rb") as fh:
-        return fh.read(MAX_MATRIX_BYTES + 1)
+    """The file's bytes, read as every file a user names is (``harness/core/user_files.py``): at most
+    ``MAX_MATRIX_BYTES``, a device or a named pipe that never ends refused within seconds."""
+    return read_named(path, "", "pass --matrix with the path of a matrix file", limit=MAX_MATRIX_BYTES, what="a matrix")
 
 
 def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collection[str]) -> Matrix:
     """Read and validate ``path``; raise ``UserError`` naming the field and the fix."""
     path = Path(path)
-    try:
-        raw_bytes = _read_capped(path)
-    except FileNotFoundError:
-        raise UserError(path, "", "no such matrix file", "pass --matrix with the path of an existing file") from None
-    except OSError as exc:
-        raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
-    if len(raw_bytes) > MAX_MATRIX_BYTES:
-        raise UserError(
-            path, "", f"is more than {MAX_MATRIX_BYTES} bytes, more than a matrix needs", "keep it under that"
-        )
+    raw_bytes = _read_capped(path)
     data = load_yaml(path, raw_bytes)
     if not isinstance(data, dict):
         raise UserError(path, "", "is not a mapping", f"start from the example ({MATRIX_FORMAT_HINT})")
@@ -429,8 +421,6 @@ def declared_repros_dirs(path: Path) -> tuple[Path, ...]:
     from). A matrix that cannot be read gives none here: ``load_matrix`` then says what is wrong."""
     try:
         raw = _read_capped(Path(path))
-        if len(raw) > MAX_MATRIX_BYTES:
-            return ()
         data = load_yaml(path, raw)
     except (OSError, UserError):
         return ()

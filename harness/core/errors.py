@@ -6,6 +6,9 @@ from pathlib import Path
 
 #: Exit status for a usage or configuration error.
 EXIT_USAGE = 2
+#: Exit status of a check that checked nothing (``check``: nothing could run here; ``atlas check``: nothing was
+#: answered): never a pass.
+EXIT_NOTHING_CHECKED = 2
 
 
 class UserError(Exception):

@@ -182,6 +182,14 @@ def _row(row: list[object]) -> FileEntry:
 
 
 def _read(env_dir: Path) -> _Manifest | str:
+    """The manifest, or what is wrong with it (a manifest of a tree elsewhere: ``moved``)."""
+    manifest = _read_cached(env_dir)
+    if isinstance(manifest, _Manifest):
+        return moved(env_dir, manifest.tree) or manifest
+    return manifest
+
+
+def _read_cached(env_dir: Path) -> _Manifest | str:
     """The manifest, or what is wrong with it (parsed once per version of the file)."""
     path = env_dir / MANIFEST
     try:
@@ -199,6 +207,20 @@ def _read(env_dir: Path) -> _Manifest | str:
     if isinstance(manifest, _Manifest):
         _remember(path, seen, manifest)
     return manifest
+
+
+def moved(env_dir: Path, tree: Path) -> str | None:
+    """Why ``env_dir``'s manifest cannot vouch for it where its tree is not inside it (None where it is): the
+    cache was moved or copied (``cp -al``, a CI cache restored elsewhere), and what the environment's files name
+    (its interpreter, its scripts, this manifest) is the original's. It is built again where it is now, never
+    run from, judged by or written into the original."""
+    here = os.path.realpath(env_dir)
+    if os.path.commonpath([here, os.path.realpath(tree)]) == here:
+        return None
+    return (
+        f"it was built in {tree.parent}, not in {env_dir}: a cache moved or copied keeps the paths of where it was "
+        "built, so each of its environments is built again where the cache is now"
+    )
 
 
 def _parse(path: Path) -> _Manifest | str:

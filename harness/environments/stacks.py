@@ -19,19 +19,23 @@ malformed stack is a ``UserError`` naming the file (or the option), the line and
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from packaging.markers import InvalidMarker, Marker, default_environment
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import UserError
+from harness.core.user_files import read_named_text
 from harness.environments.inventory import Listing, list_distributions
 
 #: The name a stack gives the interpreter's own version.
@@ -39,9 +43,6 @@ PYTHON = "python"
 #: How large a requirements or lock file may be (a lock of a large project is a few MB).
 MAX_FILE_BYTES = 32 * 2**20
 
-_PINNED = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*(?P<version>[^\s;#\\]+)")
-_DIRECT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+)")
-_REQUIREMENT = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*(?:\[[^\]]*\])?\s*(?:[<>=!~]|$|;)")
 _SDIST = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*)\.(?:tar\.gz|zip)$")
 #: A pin as ``--stack`` takes it: a name, ``==`` (or ``===``) and a version.
 _STACK_PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*===?\s*(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)")
@@ -130,39 +131,160 @@ def _from_url(name: str, url: str) -> str | None:
     return None
 
 
-def pins_from_freeze(text: str, where: str = "", strict: bool = False) -> dict[str, str]:
-    """Package -> version from ``pip freeze`` output (or requirements compiled to pins). With ``strict``, a
-    requirement that is not a pin (``torch>=2.0``, a reference without a version) is a ``UserError`` naming
-    ``where`` and the line: a stack is what is installed."""
-    found: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith(("#", "-")):
+#: How many requirements files one may bring in with ``-r`` (itself included), and how deep the includes go.
+MAX_INCLUDED_FILES = 32
+MAX_INCLUDE_DEPTH = 8
+_INCLUDE = re.compile(r"^(?:-r|--requirement)(?:\s*=\s*|\s+|(?=[^\s-]))(?P<target>\S.*)$")
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+_FIX_LOCK = "pass a lock (pip freeze > FILE, uv pip compile, uv.lock) or pin it (name==version)"
+
+
+def marker_environment() -> dict[str, str]:
+    """What a requirement's environment marker is evaluated against: the platform ft-regress runs on (where
+    ``--prove`` builds a stack), as pip would evaluate it here."""
+    return {key: str(value) for key, value in default_environment().items()}
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(number of its first line, the line) of a requirements file as pip reads it: a line ending with a
+    backslash continued on the next, comments dropped."""
+    pending: list[str] = []
+    first = 0
+    lines = text.splitlines()
+    for number, raw in enumerate(lines, 1):
+        if not pending:
+            first = number
+        continued = raw.endswith("\\")
+        body = raw[:-1] if continued else raw
+        if continued and number < len(lines):
+            pending.append(body)
             continue
-        pinned = _PINNED.match(line)
-        if pinned:
-            try:
-                Version(pinned["version"])
-            except InvalidVersion:
-                if strict:
-                    raise UserError(
-                        where, f"line {number}", f"{line!r}: {pinned['version']!r} is not a version", "pin a release"
-                    ) from None
-                continue
-            found[canonicalize_name(pinned["name"])] = pinned["version"]
-            continue
-        direct = _DIRECT.match(line)
-        version = _from_url(direct["name"], direct["url"]) if direct else None
-        if direct and version:
-            found[canonicalize_name(direct["name"])] = version
-        elif strict and (direct or _REQUIREMENT.match(line)):
+        line = _COMMENT.sub("", " ".join([*pending, body])).strip()
+        pending = []
+        if line:
+            yield first, line
+
+
+def _requirement_text(line: str) -> str:
+    """The requirement of a line, without the options pip allows after it (``--hash=...``)."""
+    words = line.split()
+    cut = next((i for i, word in enumerate(words) if i and word.startswith("-")), len(words))
+    return " ".join(words[:cut])
+
+
+@dataclass
+class _Pins:
+    """What a requirements file (and what it includes) pins for this platform, each package once."""
+
+    strict: bool
+    environment: dict[str, str] = field(default_factory=marker_environment)
+    #: Package -> (version, where it is pinned).
+    found: dict[str, tuple[str, str]] = field(default_factory=dict)
+    files: int = 0
+
+    def pin(self, name: str, version: str, where: str, field_: str) -> None:
+        known = self.found.get(name)
+        if known is not None and known[0] != version:
+            platform = self.environment.get("sys_platform", "?")
             raise UserError(
                 where,
-                f"line {number}",
-                f"{line!r} is not a pinned version",
-                "pass a lock (pip freeze > FILE, uv pip compile, uv.lock) or pin it (name==version)",
+                field_,
+                f"pins {name} at {version}, and {known[1]} pins it at {known[0]}, both for this platform ({platform})",
+                "keep one pin per package: pip refuses such a file (a double requirement)",
             )
-    return found
+        if known is None:
+            self.found[name] = (version, f"{where} {field_}".strip())
+
+    def line(self, where: str, number: int, line: str) -> None:
+        field_ = f"line {number}" if number else ""
+        text = _requirement_text(line)
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            if self.strict:
+                raise UserError(where, field_, f"{line!r} is not a requirement pip reads", _FIX_LOCK) from None
+            return
+        if requirement.marker is not None and not requirement.marker.evaluate(self.environment):
+            return  # not installed on this platform
+        name = canonicalize_name(requirement.name)
+        version = _pinned(requirement)
+        if version is None:
+            if self.strict:
+                raise UserError(where, field_, f"{line!r} is not a pinned version", _FIX_LOCK)
+            return
+        self.pin(name, version, where, field_)
+
+    def text(self, text: str, where: str, include: Callable[[str, str, int], None] | None = None) -> None:
+        for number, line in _logical_lines(text):
+            included = _INCLUDE.match(line)
+            if included is not None:
+                if include is None:
+                    if self.strict:
+                        raise UserError(where, f"line {number}", "includes another file (-r)", "pass the file itself")
+                    continue
+                include(included["target"].strip(), where, number)
+            elif not line.startswith("-"):
+                self.line(where, number, line)
+            # -c (constraints install nothing), -e (the project itself), --index-url, -f...: no pins
+
+
+def _pinned(requirement: Requirement) -> str | None:
+    """The version a requirement pins (``==``/``===`` a whole version, or a wheel's or sdist's file name)."""
+    if requirement.url:
+        return _from_url(requirement.name, requirement.url)
+    specs = list(requirement.specifier)
+    if len(specs) != 1 or specs[0].operator not in ("==", "===") or specs[0].version.endswith(".*"):
+        return None
+    try:
+        Version(specs[0].version)
+    except InvalidVersion:
+        return None
+    return specs[0].version
+
+
+def pins_from_freeze(text: str, where: str = "", strict: bool = False) -> dict[str, str]:
+    """Package -> version from ``pip freeze`` output (or requirements compiled to pins), each requirement's
+    environment marker evaluated for this platform (``marker_environment``). With ``strict``, a requirement that
+    is not a pin (``torch>=2.0``, a reference without a version) or an include (``-r``: text has no directory to
+    find it in) is a ``UserError`` naming ``where`` and the line: a stack is what is installed. A package pinned
+    at two versions for this platform is refused either way, never one taken over the other."""
+    pins = _Pins(strict)
+    pins.text(text, where)
+    return {name: version for name, (version, _) in pins.found.items()}
+
+
+def read_pins(path: Path, option: str = "", strict: bool = True) -> dict[str, str]:
+    """``pins_from_freeze`` of a requirements file and of every file it includes with ``-r`` (found beside the
+    file that includes it; at most ``MAX_INCLUDED_FILES`` files, ``MAX_INCLUDE_DEPTH`` deep; a cycle, or an
+    include by URL, refused naming the line), each read as every file a user names is read."""
+    pins = _Pins(strict)
+    fix = "pass a uv.lock, pylock.toml or pip freeze output"
+
+    def read(file: Path, chain: tuple[str, ...]) -> None:
+        pins.files += 1
+        text = read_named_text(file, option, fix, limit=MAX_FILE_BYTES, what="a lock")
+        real = os.path.realpath(file)
+
+        def include(target: str, where: str, number: int) -> None:
+            line = f"line {number}"
+            if "://" in target:
+                raise UserError(where, line, f"includes {target} by URL", "download it and pass the file itself")
+            found = file.parent / target
+            if os.path.realpath(found) in (*chain, real):
+                raise UserError(where, line, f"includes {found}, which includes {where} again (a cycle)", "remove one")
+            if len(chain) + 1 >= MAX_INCLUDE_DEPTH or pins.files >= MAX_INCLUDED_FILES:
+                raise UserError(
+                    where,
+                    line,
+                    f"includes more than {MAX_INCLUDED_FILES} files or {MAX_INCLUDE_DEPTH} levels deep",
+                    "pass the lock itself (pip freeze > FILE)",
+                )
+            read(found, (*chain, real))
+
+        pins.text(text, str(file), include)
+
+    read(path, ())
+    return {name: version for name, (version, _) in pins.found.items()}
 
 
 def _toml_packages(path: Path, data: dict[str, object]) -> dict[str, str]:
@@ -179,6 +301,9 @@ def _toml_packages(path: Path, data: dict[str, object]) -> dict[str, str]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UserError(path, f"{key}[{i}]", "has no name", "regenerate the lock (uv lock)")
         name = canonicalize_name(entry["name"])
+        marker = entry.get("marker")
+        if isinstance(marker, str) and not _marker_holds(path, f"{key}[{i}]", marker):
+            continue  # a PEP 751 lock's package for another platform
         source = entry.get("source")
         version = entry.get("version")
         if version is None and isinstance(source, dict) and ({"editable", "virtual"} & set(source)):
@@ -197,29 +322,28 @@ def _toml_packages(path: Path, data: dict[str, object]) -> dict[str, str]:
     return found
 
 
-def read_requirements(path: Path) -> Stack:
-    """The stack a lock or pinned requirements file installs (``uv.lock``, ``pylock.toml``, ``pip freeze``)."""
+def _marker_holds(path: Path, field_: str, marker: str) -> bool:
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise UserError(path, "", f"is {size} bytes, more than a lock holds", "pass the lock file itself")
-        raw = path.read_bytes()
-    except IsADirectoryError:
-        raise UserError(path, "", "is a directory", "pass a uv.lock, pylock.toml or pip freeze output") from None
-    except OSError as exc:
-        raise UserError(path, "", f"cannot be read ({exc.strerror})", "check the path") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(path, "", "is not UTF-8 text", "pass a uv.lock, pylock.toml or pip freeze output") from None
+        return Marker(marker).evaluate(marker_environment())
+    except InvalidMarker:
+        raise UserError(
+            path, field_, f"marker {marker!r} is not an environment marker", "regenerate the lock"
+        ) from None
+
+
+def read_requirements(path: Path, option: str = "--requirements") -> Stack:
+    """The stack a lock or pinned requirements file installs (``uv.lock``, ``pylock.toml``, ``pip freeze``) on
+    this platform: a requirements file's markers evaluated for it, its includes (``-r``) followed."""
     if path.suffix == ".lock" or path.suffix == ".toml" or path.name.startswith("pylock"):
+        fix = "pass a uv.lock, pylock.toml or pip freeze output"
+        text = read_named_text(path, option, fix, limit=MAX_FILE_BYTES, what="a lock")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise UserError(path, "", f"is not TOML ({exc})", "pass the lock uv or pip wrote, unedited") from None
         versions = _toml_packages(path, data)
     else:
-        versions = pins_from_freeze(text, str(path), strict=True)
+        versions = read_pins(path, option, strict=True)
     if not versions:
         raise UserError(path, "", "pins no package", "pass a lock: pip freeze > FILE, uv pip compile, or uv.lock")
     # A lock says which Python it allows (a range), not which one runs: the stack's python stays unknown.

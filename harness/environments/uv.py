@@ -348,11 +348,11 @@ class UvEnvironments:
             env = Environment(**{**{k: v for k, v in record.items() if k in known}, "reused": True, "build_s": 0.0})
         except TypeError as exc:
             return None, f"{ENV_RECORD} lacks a field ({exc})"
-        if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
-            return None, f"its interpreter {env.python} is missing"
-        problems = damage(env_dir)
+        problems = damage(env_dir)  # first: a cache moved or copied names the original's files (integrity.moved)
         if problems:
             return None, describe(problems)
+        if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
+            return None, f"its interpreter {env.python} is missing"
         return env, ""
 
     def verify(self, env: Environment) -> list[str]:

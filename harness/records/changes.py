@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from harness.core.user_files import read_named_text
 from repros.runtime.outcomes import Outcome
 
 CHANGES_FILE = "changes.json"
@@ -87,14 +88,19 @@ def write_changes(run_dir: Path, changes: Sequence[Change]) -> Path:
     return path
 
 
+#: The largest ``changes.json`` read.
+MAX_CHANGES_BYTES = 64 * 2**20
+
+
 def read_changes(run_dir: Path) -> list[Change] | None:
     """The changes a watch run found (None: not a watch run, or it found none yet)."""
     path = run_dir / CHANGES_FILE
     if not path.exists():
         return None
+    text = read_named_text(path, "", "pass a watch night's directory", limit=MAX_CHANGES_BYTES, what="a watch night")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise ChangesFileError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(raw, list):
         raise ChangesFileError(f"{path}: a list of changes expected, found {type(raw).__name__}")

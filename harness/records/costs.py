@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.core.errors import UserError
 from harness.core.json import JsonValue
+from harness.core.user_files import read_named_text
 from harness.records.item import validation_problem
 from repros.runtime.outcomes import Outcome
 
@@ -86,6 +87,10 @@ class CostsFile(BaseModel):
     entries: list[CostEntry]
 
 
+#: The largest ``costs.json`` read (one entry per item and workaround: kilobytes each).
+MAX_COSTS_BYTES = 64 * 2**20
+
+
 def write_costs(path: Path, costs: CostsFile) -> Path:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(costs.model_dump(mode="json"), indent=1), encoding="utf-8")
@@ -95,12 +100,9 @@ def write_costs(path: Path, costs: CostsFile) -> Path:
 
 def read_costs(path: Path) -> list[CostEntry]:
     """The entries of a ``costs.json``; a ``UserError`` naming the file where it is not one."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(path, "", "no such costs file", "pass the costs.json a 'costs' run wrote") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(path, "", f"cannot be read ({exc})", "pass the costs.json a 'costs' run wrote") from None
+    text = read_named_text(
+        path, "", "pass the costs.json a 'costs' run wrote", limit=MAX_COSTS_BYTES, what="a costs table"
+    )
     try:
         return CostsFile.model_validate_json(text).entries
     except ValidationError as exc:

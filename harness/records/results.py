@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import UserError
+from harness.core.user_files import open_named
 from harness.records.item import ItemId, ItemRecord, RecordError, parse_record
 
 RESULTS_FILE = "results.jsonl"
@@ -129,8 +130,9 @@ class ResultsWriter:
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, the line, whether it is the last one and has no newline), one line at a time;
-    a line longer than ``MAX_LINE_BYTES`` is cut there (its rest skipped unread)."""
-    with open(path, "rb") as fh:
+    a line longer than ``MAX_LINE_BYTES`` is cut there (its rest skipped unread). Opened as every file a user
+    names is (a device, or a named pipe that gives nothing, refused)."""
+    with open_named(path, "", "pass the directory of an ft-regress run") as fh:
         number = 0
         while True:
             line = fh.readline(MAX_LINE_BYTES)

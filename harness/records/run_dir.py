@@ -35,6 +35,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness.core.errors import UserError
+from harness.core.user_files import read_named_text
 from harness.records.item import ItemId, validation_problem
 from harness.records.results import RESULTS_FILE, Records, ResultsWriter, read_results
 from harness.records.run_meta import CellMeta, RunMeta
@@ -42,6 +43,8 @@ from harness.records.run_meta import CellMeta, RunMeta
 #: A file written beside its final name and renamed into place (``NAME.tmp``, ``NAME.tmp<pid>``).
 _PARTIAL = re.compile(r"\.tmp\d*$")
 RUN_FILE = "run.json"
+#: The largest run.json read (its cells and their locks; items are in results.jsonl).
+MAX_META_BYTES = 256 * 2**20
 CELLS_FILE = "cells.jsonl"
 LOCK_FILE = ".lock"
 ITEMS_DIR = "items"
@@ -145,14 +148,11 @@ class RunDir:
     # -- run.json ------------------------------------------------------------------------
     def read_meta(self, required: bool = False) -> RunMeta:
         """``run.json``, validated (an empty one where there is none and it is not required)."""
-        try:
-            text = self.meta_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        if not os.path.lexists(self.meta_path):
             if required:
-                raise UserError(self.path, RUN_FILE, "is missing", "pass the directory of an ft-regress run") from None
+                raise UserError(self.path, RUN_FILE, "is missing", "pass the directory of an ft-regress run")
             return RunMeta()
-        except (IsADirectoryError, UnicodeDecodeError, OSError) as exc:
-            raise UserError(self.meta_path, "", f"cannot be read ({exc})", "restore it from the run") from None
+        text = read_named_text(self.meta_path, "", "restore it from the run", limit=MAX_META_BYTES, what="a run.json")
         try:
             meta = json.loads(text)
         except json.JSONDecodeError as exc:

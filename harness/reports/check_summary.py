@@ -161,10 +161,22 @@ def stack_has_a_failure(verdicts: Sequence[FailureVerdict]) -> bool:
     return any(v.verdict == HAS for v in verdicts)
 
 
+def nothing_checked(verdicts: Sequence[FailureVerdict]) -> bool:
+    """Whether no documented failure could run here (every one ``cannot run here``, or none planned): the check
+    checked nothing, and must not pass."""
+    return all(v.verdict == CANNOT_RUN for v in verdicts)
+
+
 def conclusion(verdicts: Sequence[FailureVerdict], diverged: int = 0) -> str:
     """The last line: which documented failures the stack has, of how many could run here, and how many
     strategies train otherwise than one process (``crosscheck``)."""
     counts = {kind: [v.repro for v in verdicts if v.verdict == kind] for kind in (HAS, HAS_NOT, CANNOT_RUN, UNCLEAR)}
+    if nothing_checked(verdicts) and not diverged:
+        why = f" (the first, {verdicts[0].repro}: {verdicts[0].why})" if verdicts else ""
+        return (
+            f"nothing could be checked: none of the {len(verdicts)} documented failures selected could run here"
+            f"{why}; install what they need into this interpreter, or run them where it is"
+        )
     ran = len(counts[HAS]) + len(counts[HAS_NOT]) + len(counts[UNCLEAR])
     said = (
         f"this stack has {', '.join(counts[HAS])}"

@@ -24,10 +24,8 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from harness import __version__
@@ -46,8 +44,9 @@ from harness.reports.grid_tables import new_failures as grid_new_failures
 from harness.reports.grid_tables import table_data as grid_table
 from harness.reports.guard_costs import guard_costs
 from harness.reports.history import PastRun, history_items, load_history
+from harness.reports.pages import ms, page_environment, static_text
 from harness.reports.plots import costs_plot, divergence_plot, fixed_trainer_plot, guard_cost_plot, history_plot
-from harness.reports.terminal import figures_text, format_bytes, format_step
+from harness.reports.terminal import figures_text, format_bytes
 from repros.runtime.measures import Quantity, measures
 from repros.runtime.outcomes import Outcome
 
@@ -116,44 +115,9 @@ def measured(record: ItemRecord) -> list[tuple[str, str, str]]:
             rows.append((name, format_bytes(int(figure.value or 0)), note))
         elif figure.steps is not None:
             s = figure.steps
-            shown = f"median {_ms(s.median)}, IQR {_ms(s.iqr)}, min {_ms(s.min)}, max {_ms(s.max)} over {s.n} steps"
+            shown = f"median {ms(s.median)}, IQR {ms(s.iqr)}, min {ms(s.min)}, max {ms(s.max)} over {s.n} steps"
             rows.append((name, shown, measure.description))
     return rows
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
-def _static(name: str) -> str:
-    return resources.files("harness.reports").joinpath("templates", name).read_text(encoding="utf-8")
-
-
-def _visible(value: object) -> object:
-    """A value as the page shows it: text with its control characters made visible (``plain``);
-    markup the report made itself (its plots, styles and script) as it is."""
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return plain(value)
-    return value
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("harness.reports", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        # Every text a run wrote (an error message, a log tail, a name) is escaped for HTML and shows
-        # its control characters (ESC, BEL, NUL, bidirectional overrides) as escapes, never raw.
-        finalize=_visible,
-    )
-    env.filters["bytes"] = format_bytes
-    env.filters["step"] = format_step
-    env.filters["mib_delta"] = lambda n: "-" if n is None else f"{n / 2**20:+.1f} MiB"
-    env.filters["ms_delta"] = lambda s: "-" if s is None else f"{s * 1000:+.1f} ms"
-    env.filters["ms"] = _ms
-    return env
 
 
 def verdict(record: ItemRecord) -> str:
@@ -505,7 +469,7 @@ def report_parts(
     crosscheck_cells, crosscheck_rows = crosscheck_table(records)
     diverged = [r for r in crosscheck_records(records) if r.outcome == Outcome.DIVERGES]
     crosscheck_plots = [(r, Markup(p) if (p := divergence_plot(r)) else None) for r in diverged[:PLOT_ITEMS]]
-    script = _static("report.js")
+    script = static_text("report.js")
     fixed = [r for r in records if r.mode == "fixed"]
     history_keys = history_items(list(history))
     plots = {
@@ -537,7 +501,7 @@ def report_parts(
     ]
     history_moved, history_same = _history_split(history) if len(history) > 1 else ([], [])
     data = report_data(records, groups, meta.excluded, history, history_same)
-    template = _environment().get_template("report.html.j2")
+    template = page_environment().get_template("report.html.j2")
     return template.generate(
         run=meta,
         record_notes=list(notes),
@@ -589,7 +553,7 @@ def report_parts(
         measured=measured,
         counts_text=counts_text,
         figures_text=figures_text,
-        css=Markup(_static("report.css")),
+        css=Markup(static_text("report.css")),
         script=Markup(script),
         csp=_csp(script),
         version=__version__,

@@ -101,6 +101,8 @@ SPEC = ReproSpec(
             {"transformers": ">=4.43.0,<4.43.4"},
             established_by=_ESTABLISHED,
             under=(TF_4_43,),
+            observed={"transformers": ("4.43.0", "4.43.2", "4.43.3")},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -108,6 +110,8 @@ SPEC = ReproSpec(
             {"transformers": ">=4.43.4"},
             established_by=_ESTABLISHED,
             under=(TF_4_43, CURRENT, TF4),
+            observed={"transformers": ("4.43.4", "4.57.6", "5.23.0")},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -115,6 +119,8 @@ SPEC = ReproSpec(
             {"transformers": ">=4.37,<4.43.0"},
             established_by=_ESTABLISHED,
             under=(TF_4_43,),
+            observed={"transformers": ("4.42.4",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -78,6 +78,8 @@ SPEC = ReproSpec(
             {"transformers": "<5.1.0", "torch": ">=2.10"},
             established_by=_ESTABLISHED,
             under=(TF4,),
+            observed={"transformers": ("4.57.6", "5.0.0"), "torch": ("2.13.0",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -88,6 +90,8 @@ SPEC = ReproSpec(
             "backward finds no engine (\"'NoneType' object has no attribute 'backward'\"); 5.2.0 prepares them "
             "either way",
             under=(TF4,),
+            observed={"transformers": ("5.1.0",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -95,6 +99,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.2.0"},
             established_by=_ESTABLISHED,
             under=(CURRENT, TF4),
+            observed={"transformers": ("5.2.0", "5.23.0")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

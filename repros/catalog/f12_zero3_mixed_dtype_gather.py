@@ -63,7 +63,8 @@ _ESTABLISHED = (
     "python -m harness run --cells ds-0.19.2,current,ds-0.19.3,tf4-ds-0.18.0,tf4-ds-0.17.6 --repros F12,F13,F21 "
     "--jobs 1 (2026-11-26); python -m harness bisect --repro F12 --mode bug --package deepspeed --good 0.18.0 "
     "--bad 0.19.2 --cell ds-0.19.2 -> 0.18.6, 0.18.9, 0.19.0 NOT_REPRODUCED, 0.19.1 no environment; --good 0.19.0 "
-    "--bad 0.19.2 -> first bad: deepspeed==0.19.2 (3 steps, 582 s); --good 0.19.3 --bad 0.19.2 -> first good: "
+    "--bad 0.19.2 -> first bad: deepspeed==0.19.2 (3 steps, 582 s: 0.19.0 and 0.19.1 NOT_REPRODUCED, 0.19.2 "
+    "REPRODUCED); --good 0.19.3 --bad 0.19.2 -> first good: "
     "deepspeed==0.19.3 (2 steps, 85 s)"
 )
 
@@ -116,10 +117,22 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"deepspeed": "==0.19.2"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"deepspeed": "==0.19.2"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.19.2",)},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": "!=0.19.2"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"deepspeed": "!=0.19.2"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.18.0", "0.18.6", "0.18.9", "0.19.0", "0.19.1", "0.19.3", "0.19.8")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -77,9 +77,16 @@ SPEC = ReproSpec(
             {"deepspeed": ">=0.16.5,<0.19.3"},
             established_by=_ESTABLISHED,
             under=(CURRENT, TF4),
+            observed={"deepspeed": ("0.16.5", "0.18.0", "0.19.2")},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT, stack(deepspeed="0.19.3"))
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, stack(deepspeed="0.19.3")),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

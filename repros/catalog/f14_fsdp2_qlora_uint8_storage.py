@@ -92,6 +92,8 @@ SPEC = ReproSpec(
             {"torch": "<2.12.0", "accelerate": ">=1.6.0,<1.14.0"},
             established_by=_ESTABLISHED,
             under=(TORCH_2_11_ACC_1_13,),
+            observed={"torch": ("2.11.0",), "accelerate": ("1.7.0", "1.10.0", "1.11.0", "1.12.0", "1.13.0")},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -99,6 +101,7 @@ SPEC = ReproSpec(
             {},
             established_by=_ESTABLISHED,
             under=(stack(torch="2.11.0", accelerate="1.14.0"), TORCH_2_12_TF4, CURRENT),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),

@@ -144,6 +144,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.4.0,<5.6.0"},
             established_by=_ESTABLISHED_5X,
             under=(CURRENT,),
+            observed={"transformers": ("5.4.0", "5.5.1", "5.5.4")},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -151,6 +153,8 @@ SPEC = ReproSpec(
             {"transformers": "<5.0.0.dev0"},
             established_by=_ESTABLISHED_4X,
             under=(TF4, TORCH_2_12_TF4),
+            observed={"transformers": ("4.57.6",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -158,6 +162,7 @@ SPEC = ReproSpec(
             {},
             established_by=f"{_ESTABLISHED_5X}; {_ESTABLISHED_4X}",
             under=(CURRENT, stack(transformers="5.0.0"), stack(transformers="5.3.0"), stack(transformers="5.6.0")),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),

@@ -68,9 +68,17 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"accelerate": ">=1.7.0,<1.15.0"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"accelerate": ">=1.7.0,<1.15.0"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"accelerate": ("1.7.0", "1.10.1", "1.12.0", "1.13.0", "1.14.0")},
+            established_on="cpu",
         ),
-        Expectation("bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT,)),
+        Expectation(
+            "bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT,), established_on="cpu"
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     world_sizes=WorldSizes(2),

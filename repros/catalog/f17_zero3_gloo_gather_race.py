@@ -77,9 +77,16 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             device="cpu",
             under=(CURRENT, TF4),
+            observed={"deepspeed": ("0.18.0", "0.19.2", "0.19.5", "0.19.6", "0.19.7")},
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.8"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"deepspeed": ">=0.19.8"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.19.8",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

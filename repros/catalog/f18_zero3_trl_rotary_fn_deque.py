@@ -77,6 +77,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0,<5.5.4"},
             established_by=_ESTABLISHED,
             under=(TRL_TF_5_5_3,),
+            observed={"transformers": ("5.5.3",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -84,6 +86,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.5.4"},
             established_by=_ESTABLISHED,
             under=(TRL_TF_5_5_3,),
+            observed={"transformers": ("5.5.4",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

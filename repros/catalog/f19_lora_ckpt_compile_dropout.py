@@ -87,6 +87,7 @@ SPEC = ReproSpec(
             established_by=_GPU,
             device="cuda",
             under=(stack(torch="2.11.0"),),
+            observed={"torch": ("2.11.0",)},
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_GPU, device="cuda"),
     ),

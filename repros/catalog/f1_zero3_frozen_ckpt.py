@@ -59,10 +59,22 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+            "bug",
+            Outcome.REPRODUCED,
+            {"deepspeed": "<0.19.3"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+            observed={"deepspeed": ("0.19.2",)},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.3"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"deepspeed": ">=0.19.3"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+            observed={"deepspeed": ("0.19.3", "0.19.8")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -130,10 +130,22 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"accelerate": "<1.8.0"}, established_by=_ESTABLISHED, under=(TF4_ACC_1_7,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"accelerate": "<1.8.0"},
+            established_by=_ESTABLISHED,
+            under=(TF4_ACC_1_7,),
+            observed={"accelerate": ("1.7.0",)},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"accelerate": ">=1.8.0"}, established_by=_ESTABLISHED, under=(TF4, CURRENT)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"accelerate": ">=1.8.0"},
+            established_by=_ESTABLISHED,
+            under=(TF4, CURRENT),
+            observed={"accelerate": ("1.8.0", "1.8.1", "1.10.0", "1.13.0", "1.15.0")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

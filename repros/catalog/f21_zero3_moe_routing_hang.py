@@ -115,6 +115,8 @@ SPEC = ReproSpec(
             {"deepspeed": "<0.18.0", "transformers": "<5.0.0.dev0"},
             established_by=_ESTABLISHED,
             under=(TF4_DS_0_17,),
+            observed={"deepspeed": ("0.17.6",), "transformers": ("4.57.6",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -123,6 +125,8 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             note="PR #7604: DeepSpeed makes Mixtral's MoE blocks ZeRO-3 leaf modules by default",
             under=(TF4_DS_0_18,),
+            observed={"deepspeed": ("0.18.0",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -131,6 +135,8 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             note="transformers 5 keeps a layer's experts in one module, gathered whole",
             under=(CURRENT, stack(deepspeed="0.19.3"), DS_0_19_2),
+            observed={"transformers": ("5.23.0",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -75,10 +75,22 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"deepspeed": ">=0.19.2,<0.19.7"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"deepspeed": ">=0.19.2,<0.19.7"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.19.2", "0.19.5", "0.19.6")},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.7"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"deepspeed": ">=0.19.7"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.19.7", "0.19.8")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {"deepspeed": ">=0.19.2"}, established_by=_ESTABLISHED),
     ),

@@ -78,7 +78,7 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_RUN, under=(CURRENT,)),
+        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_RUN, under=(CURRENT,), established_on="cpu"),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     variants=(

@@ -73,6 +73,8 @@ SPEC = ReproSpec(
             {"deepspeed": ">=0.17.0,<0.18.4"},
             established_by=_ESTABLISHED,
             under=(SP_DS_0_18_1, SP_DS_0_18_3),
+            observed={"deepspeed": ("0.18.1", "0.18.3")},
+            established_on="cpu",
         ),
         # current-new-paths, and the bisect's good step (sp-ds-0.18.3 with deepspeed 0.18.4).
         Expectation(
@@ -81,6 +83,7 @@ SPEC = ReproSpec(
             {},
             established_by=_ESTABLISHED,
             under=(CURRENT, stack(deepspeed="0.18.4")),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -73,6 +73,8 @@ SPEC = ReproSpec(
             {"deepspeed": ">=0.17.0,<0.18.2"},
             established_by=_ESTABLISHED,
             under=(SP_DS_0_18_1,),
+            observed={"deepspeed": ("0.18.1",)},
+            established_on="cpu",
         ),
         # sp-ds-0.18.3, current-new-paths, and the bisect's good step (sp-ds-0.18.1 with deepspeed 0.18.2).
         Expectation(
@@ -81,6 +83,7 @@ SPEC = ReproSpec(
             {},
             established_by=_ESTABLISHED,
             under=(SP_DS_0_18_3, CURRENT, stack(deepspeed="0.18.2")),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

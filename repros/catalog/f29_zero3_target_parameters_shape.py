@@ -79,11 +79,22 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"peft": ">=0.17.0,<0.21.0"}, established_by=_ESTABLISHED, under=(PEFT_0_20_0,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"peft": ">=0.17.0,<0.21.0"},
+            established_by=_ESTABLISHED,
+            under=(PEFT_0_20_0,),
+            observed={"peft": ("0.20.0",)},
+            established_on="cpu",
         ),
         # current-new-paths, and the bisect's good step (peft-0.20.0 with peft 0.21.0).
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT, stack(peft="0.21.0"))
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, stack(peft="0.21.0")),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -73,9 +73,20 @@ SPEC = ReproSpec(
             {"torch": "<2.13", "transformers": "<5.23"},
             established_by=_ESTABLISHED,
             under=(TORCH_2_12_TF4,),
+            observed={
+                "torch": ("2.12.1",),
+                "transformers": ("4.57.6", "5.11.0", "5.17.0", "5.20.2", "5.22.0", "5.22.1", "5.22.2"),
+            },
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"torch": ">=2.13"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"torch": ">=2.13"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+            observed={"torch": ("2.13.0",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -83,6 +94,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.23"},
             established_by=_ESTABLISHED,
             under=(CURRENT, TORCH_2_12_TF4),
+            observed={"transformers": ("5.23.0",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

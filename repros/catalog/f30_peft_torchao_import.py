@@ -74,6 +74,8 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             note="PEFT 0.14.0 (PR #2062) added the dispatcher and its import",
             under=(TORCHAO_PEFT_0_18_1,),
+            observed={"peft": ("0.18.1",), "torchao": ("0.18.0",)},
+            established_on="cpu",
         ),
         # torchao-0.18, and the peft bisect's good step (torchao-peft-0.18.1 with peft 0.19.0). Not the torchao
         # bisect's good step (peft 0.18.1 with torchao 0.17.0): this range names torchao, so it would hold
@@ -84,9 +86,11 @@ SPEC = ReproSpec(
             {"torchao": ">=0"},
             established_by=_ESTABLISHED,
             under=(TORCHAO_0_18, stack(peft="0.19.0", torchao="0.18.0")),
+            observed={"torchao": ("0.18.0",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {"torchao": ">=0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TORCHAO),
+        Expectation("bug", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TORCHAO, established_on="cpu"),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TORCHAO),
     ),
     variants=(

@@ -71,13 +71,21 @@ SPEC = ReproSpec(
             {"trl": ">=1.4.0,<1.7.0"},
             established_by=_ESTABLISHED,
             under=(TRL_1_6_0_FSDP2,),
+            observed={"trl": ("1.6.0",)},
+            established_on="cpu",
         ),
         # From 1.7.0, not 1.4.0: the range must not overlap the one above (the atlas reads each as a claim).
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"trl": ">=1.7.0"}, established_by=_ESTABLISHED, under=(TRL_1_7_0_FSDP2,)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"trl": ">=1.7.0"},
+            established_by=_ESTABLISHED,
+            under=(TRL_1_7_0_FSDP2,),
+            observed={"trl": ("1.7.0",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {"trl": ">=1.4.0"}, established_by=_ESTABLISHED),
-        Expectation("bug", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TRL),
+        Expectation("bug", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TRL, established_on="cpu"),
         Expectation("fixed", Outcome.INFRA, {}, established_by=_ESTABLISHED, note=NO_TRL),
     ),
     variants=(

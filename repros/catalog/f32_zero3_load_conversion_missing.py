@@ -86,6 +86,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0.0,<5.2.0"},
             established_by=_ESTABLISHED,
             under=(TF_5_0_0, TF_5_1_0),
+            observed={"transformers": ("5.0.0", "5.1.0")},
+            established_on="cpu",
         ),
         # current-new-paths, and the bisect's good step (tf-5.1.0 with transformers 5.2.0).
         Expectation(
@@ -94,6 +96,7 @@ SPEC = ReproSpec(
             {},
             established_by=_ESTABLISHED,
             under=(CURRENT, stack(transformers="5.2.0")),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -120,7 +120,14 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
-        Expectation("bug", Outcome.REPRODUCED, {}, established_by=_RUN, under=(CURRENT, TF4, TF4_PEFT_0_15_0)),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {},
+            established_by=_RUN,
+            under=(CURRENT, TF4, TF4_PEFT_0_15_0),
+            established_on="cpu",
+        ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_RUN),
     ),
     impossible_in={

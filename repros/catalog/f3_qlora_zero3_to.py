@@ -127,6 +127,7 @@ SPEC = ReproSpec(
             note=_CPU_NOTE,
             device="cpu",
             under=(TF4,),
+            observed={"bitsandbytes": ("0.45.5",)},
         ),
         Expectation(
             "bug",
@@ -135,6 +136,7 @@ SPEC = ReproSpec(
             established_by=_ESTABLISHED,
             device="cpu",
             under=(TF4, TF4_DS_0_18, stack(transformers="4.57.6", bitsandbytes="0.46.1")),
+            observed={"transformers": ("4.57.6",)},
         ),
         Expectation(
             "bug",
@@ -144,6 +146,7 @@ SPEC = ReproSpec(
             note="transformers 5's wording: F3.to-8bit-needs-bnb-0.48",
             device="cpu",
             under=(CURRENT,),
+            observed={"transformers": ("5.23.0",), "bitsandbytes": ("0.47.0",)},
         ),
         Expectation(
             "bug",
@@ -153,6 +156,7 @@ SPEC = ReproSpec(
             note="transformers 5 lets an 8-bit model move with to() given bitsandbytes >= 0.48",
             device="cpu",
             under=(CURRENT, DS_0_19_2),
+            observed={"transformers": ("5.23.0",), "bitsandbytes": ("0.50.2",)},
         ),
         Expectation(
             "fixed", Outcome.INFRA, {"bitsandbytes": "<0.46"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"

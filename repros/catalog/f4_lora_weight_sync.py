@@ -106,7 +106,12 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {}, established_by=_ESTABLISHED, under=(CURRENT, DS_0_19_2, TF4, TF4_DS_0_18)
+            "bug",
+            Outcome.REPRODUCED,
+            {},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, DS_0_19_2, TF4, TF4_DS_0_18),
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -101,7 +101,13 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"transformers": "<5.0.0"}, established_by=_ESTABLISHED, under=(TF4, TF4_DS_0_18)
+            "bug",
+            Outcome.REPRODUCED,
+            {"transformers": "<5.0.0"},
+            established_by=_ESTABLISHED,
+            under=(TF4, TF4_DS_0_18),
+            observed={"transformers": ("4.57.6",)},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -109,6 +115,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0.0"},
             established_by=_ESTABLISHED,
             under=(CURRENT, DS_0_19_2),
+            observed={"transformers": ("5.0.0", "5.1.0", "5.4.0", "5.5.4", "5.11.0", "5.23.0")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -106,6 +106,8 @@ SPEC = ReproSpec(
             {"transformers": "<5.0.0.dev0"},
             established_by=_ESTABLISHED,
             under=(TF4, TORCH_2_12_TF4, TORCH_2_0_TF4_40),
+            observed={"transformers": ("4.40.2", "4.57.6")},
+            established_on="cpu",
         ),
         Expectation(
             "bug",
@@ -113,6 +115,8 @@ SPEC = ReproSpec(
             {"transformers": ">=5.0.0.dev0"},
             established_by=_ESTABLISHED,
             under=(CURRENT,),
+            observed={"transformers": ("5.0.0", "5.1.0", "5.4.0", "5.5.4", "5.11.0", "5.23.0")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

@@ -76,8 +76,17 @@ SPEC = ReproSpec(
             note=_CPU_NOTE,
             device="cpu",
             under=(TORCH_2_0_TF4_40,),
+            observed={"torch": ("2.0.1",)},
         ),
-        Expectation("bug", Outcome.REPRODUCED, {"torch": ">=2.1"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)),
+        Expectation(
+            "bug",
+            Outcome.REPRODUCED,
+            {"torch": ">=2.1"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+            observed={"torch": ("2.13.0",)},
+            established_on="cpu",
+        ),
         Expectation(
             "fixed", Outcome.INFRA, {"torch": "<2.1"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
         ),

@@ -92,12 +92,26 @@ SPEC = ReproSpec(
             note="F13 first (DeepSpeed#7615): ZeRO-3 cannot train modules_to_save on these releases "
             "('Linear' object has no attribute 'ds_grads_remaining'), so nothing is saved",
             under=(DS_0_19_2, TF4_DS_0_18),
+            observed={"deepspeed": ("0.18.0", "0.19.2")},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.REPRODUCED, {"peft": "==0.15.0"}, established_by=_ESTABLISHED, under=(TF4_PEFT_0_15_0,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"peft": "==0.15.0"},
+            established_by=_ESTABLISHED,
+            under=(TF4_PEFT_0_15_0,),
+            observed={"peft": ("0.15.0",)},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"peft": "!=0.15.0"}, established_by=_ESTABLISHED, under=(CURRENT, TF4)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"peft": "!=0.15.0"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, TF4),
+            observed={"peft": ("0.14.0", "0.15.1", "0.21.2")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),

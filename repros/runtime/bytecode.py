@@ -8,21 +8,26 @@ its ranks keep what their imports compiled: each module of the environment compi
 is written, as the checked-hash ``.pyc`` Python itself would have written (PEP 552: the magic number,
 the flags, the source's hash, the marshalled code), into a store keyed by the interpreter and the
 SHA-256 of the source. The orchestrator places them from there into every environment holding the
-same source, lists them in its manifest, and checks them like the rest (``harness/environments/
-bytecode.py``). A module no item imports is never compiled; one that several environments hold is
-compiled once.
+same source, once the environment's own interpreter has verified each against the source it goes beside
+(``python bytecode.py --verify``: ``compiled_from``, the code compiled afresh and compared), lists them in
+its manifest, and checks them like the rest (``harness/environments/bytecode.py``). A module no item
+imports is never compiled; one that several environments hold is compiled once (and compiled again
+once per environment it is placed in, to verify it).
 
-Python validates a checked-hash ``.pyc`` against its source at every import, and rewrites the code's
-file names to the path it was loaded from, so one compiled in one environment serves another.
+Python validates a checked-hash ``.pyc``'s header against its source at every import, never its code,
+and rewrites the code's file names to the path it was loaded from, so one compiled in one environment
+serves another, and one whose code is not its source's would run unnoticed: hence the verification.
 
 Only the standard library is imported here.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import marshal
 import os
 import sys
@@ -66,6 +71,59 @@ def hash_pyc(source: bytes, code: CodeType) -> bytes:
     """The checked-hash ``.pyc`` of ``code`` compiled from ``source``, as ``py_compile`` writes it."""
     flags = CHECKED_HASH_FLAGS.to_bytes(4, "little")
     return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
+def compiled_from(source: bytes, data: bytes, path: str = "<source>") -> bool:
+    """Whether ``data`` is the checked-hash ``.pyc`` this interpreter compiles from ``source``: its header (magic
+    number, flags, the source's hash) and its code, compared with the code compiled afresh from ``source`` (code
+    objects compare equal whatever file name they were compiled under). A ``.pyc`` whose header names a source
+    but whose code is another's (Python checks only the header at import) is not."""
+    if len(data) <= HEADER_BYTES or data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(data[4:8], "little") != CHECKED_HASH_FLAGS or data[8:16] != importlib.util.source_hash(source):
+        return False
+    try:
+        stored = marshal.loads(data[HEADER_BYTES:])
+        fresh = compile(source, path, "exec", dont_inherit=True)
+    except (ValueError, EOFError, TypeError, SyntaxError):
+        return False
+    return isinstance(stored, CodeType) and stored == fresh
+
+
+#: What verifying a stored ``.pyc`` against a source found: compiled from it; the source no longer what its
+#: digest says (nothing to say of the ``.pyc``); the ``.pyc`` not what its name says, or not compiled from it.
+COMPILED, SOURCE_CHANGED, NOT_COMPILED_FROM = "compiled", "source changed", "not compiled from it"
+
+
+def _verified_pair(pair: list[str]) -> str:
+    """(source path, its SHA-256, stored ``.pyc`` path, its SHA-256): what the ``.pyc`` is to the source."""
+    source_path, source_digest, pyc_path, pyc_digest = pair
+    try:
+        with open(source_path, "rb") as fh:
+            source = fh.read()
+    except OSError:
+        return SOURCE_CHANGED
+    if hashlib.sha256(source).hexdigest() != source_digest:
+        return SOURCE_CHANGED
+    try:
+        with open(pyc_path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return NOT_COMPILED_FROM
+    if hashlib.sha256(data).hexdigest() != pyc_digest or not compiled_from(source, data, source_path):
+        return NOT_COMPILED_FROM
+    return COMPILED
+
+
+def verify_main(lines: list[str]) -> list[str]:
+    """What ``python bytecode.py --verify`` prints for the pairs (one JSON list per line) on its standard input:
+    what each stored ``.pyc`` is to its source (``COMPILED``...), for this interpreter, on every core."""
+    pairs = [json.loads(line) for line in lines if line.strip()]
+    workers = min(len(pairs) // 64 + 1, os.cpu_count() or 1, 8)
+    if workers <= 1:
+        return [_verified_pair(pair) for pair in pairs]
+    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(_verified_pair, pairs, chunksize=32))
 
 
 class _Keeper:
@@ -141,3 +199,7 @@ def keep_compiled(environ: Mapping[str, str] = os.environ) -> bool:
         sys.path_hooks.insert(0, importlib.machinery.FileFinder.path_hook(*loaders))
         sys.path_importer_cache.clear()
     return True
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--verify"]:
+    print(json.dumps(verify_main(sys.stdin.read().splitlines())))

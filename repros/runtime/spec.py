@@ -168,6 +168,25 @@ def _check_stacks(repro_id: str, stacks: object) -> None:
                 raise ValueError(f"{repro_id}: under {name}: {spec!r} is not a version specifier (write ==2.13.0)")
 
 
+_VERSION = re.compile(r"[0-9][A-Za-z0-9.+!_-]*")
+
+
+def _check_observed(repro_id: str, expectation: Expectation) -> None:
+    """An expectation's ``observed`` names packages of its ``when``, each with releases (version text)."""
+    observed = expectation.observed
+    if not isinstance(observed, Mapping):
+        raise ValueError(f"{repro_id}: an expectation's observed must map packages to releases, found {observed!r}")
+    for name, versions in observed.items():
+        if name not in expectation.when:
+            raise ValueError(f"{repro_id}: observed names {name!r}, which the expectation's when does not")
+        if (
+            not isinstance(versions, tuple)
+            or not versions
+            or not all(isinstance(v, str) and _VERSION.fullmatch(v) for v in versions)
+        ):
+            raise ValueError(f"{repro_id}: observed {name}: {versions!r} is not a tuple of releases")
+
+
 @dataclass(frozen=True)
 class Expectation:
     """What a mode is expected to observe where ``when`` holds.
@@ -194,6 +213,14 @@ class Expectation:
     #: compatibility atlas holds a stack to one of them in every package the failure depends on
     #: (``ReproSpec.depends_on``) that ``when`` does not name. () : not recorded (only runs' evidence counts).
     under: tuple[Mapping[str, str], ...] = ()
+    #: For each package ``when`` names, the releases at which ``established_by``'s runs observed this outcome:
+    #: the compatibility atlas answers for a release between the lowest and the highest of them (inside one
+    #: stretch of ``when``: ``!=0.19.2`` has two), never for the rest of the range. {} : not recorded (the range
+    #: answers for no release of those packages until runs' evidence does).
+    observed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The device ``established_by``'s runs ran on (``device`` where that is given): the atlas answers for that
+    #: device only. None: not recorded (it answers for no device).
+    established_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +330,11 @@ class ReproSpec:
                 )
             if exp.device is not None and exp.device not in DEVICES:
                 raise ValueError(f"{self.id}: expectation device {exp.device!r} is not one of {DEVICES}")
+            if exp.established_on is not None and exp.established_on not in DEVICES:
+                raise ValueError(f"{self.id}: established_on {exp.established_on!r} is not one of {DEVICES}")
+            if None not in (exp.device, exp.established_on) and exp.device != exp.established_on:
+                raise ValueError(f"{self.id}: an expectation for {exp.device} established on {exp.established_on}")
+            _check_observed(self.id, exp)
             _check_stacks(self.id, exp.under)
         if not isinstance(self.world_sizes, WorldSizes) or any(
             not isinstance(e.world_sizes, WorldSizes) for e in self.expectations

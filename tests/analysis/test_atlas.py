@@ -22,6 +22,7 @@ from harness.analysis.atlas.model import AtlasFile, read_atlas
 from harness.analysis.atlas.regions import Where, contains
 from harness.cli.main import main
 from harness.config.repros import discover
+from harness.core.errors import EXIT_NOTHING_CHECKED
 from harness.environments.stacks import parse_stack_text
 from harness.records.changes import Change, Culprit, write_changes
 from repros.runtime.outcomes import Outcome
@@ -36,8 +37,8 @@ DISCOVERY = discover()
 def answers(stack: str, atlas: AtlasFile | None = None, **where: Any) -> dict[str, tuple[str, str]]:
     parsed = parse_stack_text(stack)
     atlas = atlas or assemble(DISCOVERY, read_sources([], DISCOVERY))
-    found = check_stack(atlas, DISCOVERY, parsed, where_of(parsed, where.get("device"), None, where.get("family")))
-    return {a.failure: (a.verdict, a.why) for a in found}
+    place = where_of(parsed, where.get("device"), where.get("world_size"), where.get("family"))
+    return {a.failure: (a.verdict, a.why) for a in check_stack(atlas, DISCOVERY, parsed, place)}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,39 +55,41 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 # -- the bar ------------------------------------------------------------------------------------------------------
 
 
-def test_trl_2514s_stack_is_affected_by_f8_and_never_called_free_of_f1(tmp_path: Path) -> None:
-    done = cli("check", "--stack", TRL_2514, "--atlas", str(tmp_path / "none"))
-    assert done.returncode == 1, done.stdout + done.stderr
+def test_trl_2514s_stack_is_never_called_free_of_f1_nor_affected_beyond_what_was_observed(tmp_path: Path) -> None:
+    done = cli("check", "--stack", TRL_2514, "--atlas", str(tmp_path / "none"), "--device", "cpu")
     lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines()}
     assert set(lines) == set(DISCOVERY.repros)  # one line per documented failure, starting with its id
     assert lines["F1"].startswith("F1 unknown: ")  # torch 2.5.1: outside every stack F1 was proven under
     assert "torch 2.5.1 (proven: ==2.13.0)" in lines["F1"] and "--prove --repros F1" in lines["F1"]
-    assert lines["F8"].startswith("F8 affected: ") and "torch 2.5.1 in >=2.1" in lines["F8"]
-    assert "fsdp1-use-orig-params" in lines["F8"]  # the fixed trainer's guard, and what it costs
-    assert "it costs:" in lines["F8"]
+    # F8's range (torch >= 2.1) was observed at torch 2.13.0 only: 2.5.1 lies in it, but nothing ran there.
+    assert lines["F8"].startswith("F8 unknown: ") and "torch 2.5.1 in >=2.1 but beyond what was observed" in lines["F8"]
+    # Nothing was answered: the check says so and does not pass.
+    assert done.returncode == EXIT_NOTHING_CHECKED and "nothing was answered" in done.stderr, done.stdout + done.stderr
 
 
 def test_the_current_stack_is_free_of_f1_and_affected_by_f8() -> None:
-    found = answers(CURRENT)
-    assert found["F1"][0] == NOT_AFFECTED and "deepspeed 0.19.8 in >=0.19.3" in found["F1"][1]
+    found = answers(CURRENT, device="cpu")
+    assert found["F1"][0] == NOT_AFFECTED and "deepspeed 0.19.8 in >=0.19.3 (observed 0.19.3, 0.19.8)" in found["F1"][1]
     assert found["F8"][0] == AFFECTED
+    assert "fsdp1-use-orig-params" in found["F8"][1] and "it costs:" in found["F8"][1]  # the guard, what it costs
     assert found["F4"][0] == AFFECTED  # open upstream
     assert exit_status([]) == 0
 
 
 def test_nothing_outside_a_proven_range_is_called_affected_or_not() -> None:
-    # deepspeed 0.15.3 is in F1's bad range, but transformers 4.46.3 is outside every stack it was proven under.
-    found = answers("torch==2.13.0 deepspeed==0.15.3 peft==0.21.2 transformers==4.46.3")
+    # deepspeed 0.19.2 is in F1's bad range, but transformers 4.46.3 is outside every stack it was proven under.
+    found = answers("torch==2.13.0 deepspeed==0.19.2 peft==0.21.2 transformers==4.46.3", device="cpu")
     assert found["F1"][0] == UNKNOWN and "transformers 4.46.3 (proven: ==5.23.0)" in found["F1"][1]
     # ... and the same deepspeed under the stack the range was proven on is affected.
-    assert answers("torch==2.13.0 deepspeed==0.15.3 peft==0.21.2 transformers==5.23.0")["F1"][0] == AFFECTED
+    proven = "torch==2.13.0 deepspeed==0.19.2 peft==0.21.2 transformers==5.23.0"
+    assert answers(proven, device="cpu")["F1"][0] == AFFECTED
     # A package the stack does not name is not guessed.
     assert "names no deepspeed" in answers("torch==2.13.0 peft==0.21.2 transformers==5.23.0")["F1"][1]
 
 
 def test_a_package_a_failure_does_not_depend_on_is_not_held_to_anything() -> None:
-    # F8 is torch's own check: whatever transformers and peft, torch >= 2.1 has it.
-    found = answers("torch==2.4.0 transformers==4.30.0 peft==0.5.0")
+    # F8 is torch's own check: whatever transformers and peft, the torch it was observed at has it.
+    found = answers("torch==2.13.0 transformers==4.30.0 peft==0.5.0", device="cpu")
     assert found["F8"][0] == AFFECTED
 
 
@@ -141,21 +144,24 @@ def test_each_cell_a_range_was_established_in_is_answered_as_that_range_says() -
 
 def test_the_newer_paths_answer_where_their_cells_ran_and_nowhere_else() -> None:
     stack = CURRENT.replace("peft==0.21.2", "peft==0.20.0")
-    assert answers(stack)["F29"][0] == AFFECTED and "peft 0.20.0 in >=0.17.0,<0.21.0" in answers(stack)["F29"][1]
-    assert answers(CURRENT)["F29"][0] == NOT_AFFECTED
+    assert (
+        answers(stack, device="cpu")["F29"][0] == AFFECTED
+        and "peft 0.20.0 in >=0.17.0,<0.21.0" in answers(stack, device="cpu")["F29"][1]
+    )
+    assert answers(CURRENT, device="cpu")["F29"][0] == NOT_AFFECTED
     # The same peft under a transformers F29 was never run with is not guessed.
-    verdict, why = answers(stack.replace("transformers==5.23.0", "transformers==5.1.0"))["F29"]
+    verdict, why = answers(stack.replace("transformers==5.23.0", "transformers==5.1.0"), device="cpu")["F29"]
     assert verdict == UNKNOWN and "transformers 5.1.0 (proven: ==5.23.0)" in why
     # DeepSpeed 0.18.3: F26 still there (fixed in 0.18.4), F27 already fixed (in 0.18.2).
     sp = CURRENT.replace("deepspeed==0.19.8", "deepspeed==0.18.3")
-    assert (answers(sp)["F26"][0], answers(sp)["F27"][0]) == (AFFECTED, NOT_AFFECTED)
-    assert answers(CURRENT.replace("transformers==5.23.0", "transformers==5.1.0"))["F32"][0] == AFFECTED
-    assert answers(CURRENT + " trl==1.6.0")["F31"][0] == AFFECTED
-    assert answers(CURRENT + " trl==1.7.0")["F31"][0] == NOT_AFFECTED
-    assert answers(CURRENT)["F31"][0] == UNKNOWN  # no trl named: nothing to say
+    assert (answers(sp, device="cpu")["F26"][0], answers(sp, device="cpu")["F27"][0]) == (AFFECTED, NOT_AFFECTED)
+    assert answers(CURRENT.replace("transformers==5.23.0", "transformers==5.1.0"), device="cpu")["F32"][0] == AFFECTED
+    assert answers(CURRENT + " trl==1.6.0", device="cpu")["F31"][0] == AFFECTED
+    assert answers(CURRENT + " trl==1.7.0", device="cpu")["F31"][0] == NOT_AFFECTED
+    assert answers(CURRENT, device="cpu")["F31"][0] == UNKNOWN  # no trl named: nothing to say
     torchao = CURRENT.replace("peft==0.21.2", "peft==0.18.1") + " torchao==0.18.0"
-    assert answers(torchao)["F30"][0] == AFFECTED
-    assert answers(CURRENT + " torchao==0.18.0")["F30"][0] == NOT_AFFECTED
+    assert answers(torchao, device="cpu")["F30"][0] == AFFECTED
+    assert answers(CURRENT + " torchao==0.18.0", device="cpu")["F30"][0] == NOT_AFFECTED
 
 
 @pytest.mark.parametrize("failure", ["F24", "F25", "F28"])
@@ -222,7 +228,7 @@ def test_the_newer_paths_draw_the_boundaries_their_bisects_found(tmp_path: Path)
         ],
     )
     atlas = assemble(DISCOVERY, read_sources([run], DISCOVERY))
-    assert len(atlas.failures) == len(DISCOVERY.repros) == 33
+    assert len(atlas.failures) == len(DISCOVERY.repros) == 36
 
     def fixed(failure: str, package: str) -> tuple[str | None, str | None]:
         entry = atlas.failure(failure)
@@ -362,7 +368,7 @@ def test_an_atlas_keeps_its_evidence_when_built_again_from_itself(tmp_path: Path
     [
         (["check", "--stack", "torch>=2.5"], "--stack: torch>=2.5: is not an exact pin"),
         (["check", "--stack", "torch==2.5.1 torch==2.6.0"], "names torch twice"),
-        (["check", "--requirements", "/nonexistent/uv.lock"], "/nonexistent/uv.lock: cannot be read"),
+        (["check", "--requirements", "/nonexistent/uv.lock"], "/nonexistent/uv.lock: --requirements: no such file"),
         (["check", "--stack", "torch==2.5.1", "--repros", "F999"], "--repros: F999: unknown repro"),
         (["check", "--stack", "torch==2.5.1", "--from", "/nonexistent"], "--from: /nonexistent: is not a directory"),
         (["check"], "one of the arguments --stack --requirements --here is required"),
@@ -389,6 +395,6 @@ def test_a_uv_lock_is_read_as_the_stack_it_installs(tmp_path: Path) -> None:
         'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "my-trainer"\nsource = { editable = "." }\n'
         + "".join(f'\n[[package]]\nname = "{n}"\nversion = "{v}"\nsource = {{ registry = "x" }}\n' for n, v in packages)
     )
-    done = cli("check", "--requirements", str(lock), "--repros", "F1,F8")
+    done = cli("check", "--requirements", str(lock), "--repros", "F1,F8", "--device", "cpu")
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines()[0].startswith("F1 not affected: ")

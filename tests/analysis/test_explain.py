@@ -195,8 +195,11 @@ def test_an_unrelated_error_has_no_documented_failure() -> None:
     assert not found.found and all(c.score < 1 for c in found.candidates)
 
 
-def test_the_users_versions_fall_in_the_measured_affected_or_fixed_range() -> None:
-    freeze = "deepspeed==0.19.2\ntorch @ file:///wheels/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl\n-e git+https://x/y#egg=z\n"
+def test_the_users_versions_fall_in_the_measured_affected_or_fixed_range(tmp_path: Path) -> None:
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text(
+        "deepspeed==0.19.2\ntorch @ file:///wheels/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl\n-e git+https://x/y#egg=z\n"
+    )
     versions = from_freeze(freeze)
     assert versions == {"deepspeed": "0.19.2", "torch": "2.13.0+cpu"}
     assert versions_line(SPECS["F1"], versions) == [

@@ -208,7 +208,7 @@ def test_a_matrix_variable_too_long_to_look_up_is_refused_naming_the_variable(tm
     refused(done, "$FT_REGRESS_MATRIX: /tmp/xxx", "is not a matrix file")
 
 
-def test_a_matrix_that_never_ends_is_refused_after_its_first_megabyte(tmp_path: Path) -> None:
+def test_a_matrix_that_never_ends_is_refused(tmp_path: Path) -> None:
     def limited() -> None:  # the test's own limit: without the cap, reading /dev/zero fills memory
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
@@ -221,4 +221,4 @@ def test_a_matrix_that_never_ends_is_refused_after_its_first_megabyte(tmp_path: 
         check=False,
         preexec_fn=limited,  # noqa: PLW1509 - sets a limit only, in the child
     )
-    refused(done, "/dev/zero: is more than 1048576 bytes, more than a matrix needs")
+    refused(done, "/dev/zero: is a character device, not a file (it may never end)")

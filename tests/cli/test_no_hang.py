@@ -92,7 +92,7 @@ def test_the_largest_shard_count_splits_at_once() -> None:
 def test_explain_on_an_endless_input_is_one_line_within_seconds(tmp_path: Path, how: str) -> None:
     if how == "the file":
         done, took = timed(tmp_path, "explain", "/dev/zero")
-        refused(done, "/dev/zero", "is a character device, not a log file")
+        refused(done, "/dev/zero", "is a character device, not a file")
     elif how == "stdin redirected":
         with open("/dev/zero", "rb") as zero:
             done, took = timed(tmp_path, "explain", "-", stdin=zero)

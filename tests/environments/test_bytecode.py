@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def test_a_check_never_sees_bytecode_being_placed_as_damage(tmp_path: Path) -> N
     directory = store / interpreter_tag()
     directory.mkdir(parents=True)
     for rel, text in sources.items():
-        data = hash_pyc(text, compile(text, rel, "exec"))
+        data = hash_pyc(text, compile(text, rel, "exec", dont_inherit=True))
         (directory / entry_name(hashlib.sha256(text).hexdigest(), hashlib.sha256(data).hexdigest())).write_bytes(data)
     seen: list[list[str]] = []
     stop = threading.Event()
@@ -86,7 +87,7 @@ def test_a_check_never_sees_bytecode_being_placed_as_damage(tmp_path: Path) -> N
     checker = threading.Thread(target=check)
     checker.start()
     try:
-        placed = place(env_dir, store, interpreter_tag())
+        placed = place(env_dir, store, interpreter_tag(), python=Path(sys.executable))
     finally:
         stop.set()
         checker.join()

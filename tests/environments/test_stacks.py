@@ -3,6 +3,7 @@ same reading as the passthrough provider's."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,62 @@ def test_the_running_interpreter_is_read_as_the_passthrough_provider_reads_it(
     assert here.versions["torch"] == environment.packages["torch"] == "2.11.0+cu130"
     assert here.python == environment.python_version == "3.12.3" and here.complete
     assert "flash-attn" in here.versions
+
+
+# -- markers, duplicates and includes (issue 50, class 1) ------------------------------------------------------------
+
+#: The red team's file: two pins of one package, each for another platform.
+MARKERS = 'deepspeed==0.19.2 ; sys_platform == "linux"\ndeepspeed==0.19.8 ; sys_platform == "darwin"\n'
+
+
+def test_a_pin_for_another_platform_is_left_out_not_taken_over_this_ones(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("torch==2.13.0\n" + MARKERS if sys.platform == "linux" else MARKERS.replace("linux", sys.platform))
+    assert read_requirements(lock).versions["deepspeed"] == "0.19.2"
+    # A pin whose marker holds nowhere here leaves the package out altogether.
+    lock.write_text('torch==2.13.0\ndeepspeed==0.19.8 ; sys_platform == "nowhere"\n')
+    assert "deepspeed" not in read_requirements(lock).versions
+
+
+def test_a_package_pinned_twice_for_this_platform_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("deepspeed==0.19.2\ntorch==2.13.0\ndeepspeed==0.19.8 ; python_version >= '3'\n")
+    with pytest.raises(UserError) as raised:
+        read_requirements(lock)
+    line = raised.value.line()
+    assert line.startswith(f"{lock}: line 3: pins deepspeed at 0.19.8, and {lock} line 1 pins it at 0.19.2"), line
+    with pytest.raises(UserError):  # explain's lenient reading does not pick one either
+        pins_from_freeze("deepspeed==0.19.2\ndeepspeed==0.19.8\n")
+    lock.write_text("deepspeed==0.19.2\ndeepspeed==0.19.2\n")  # the same pin twice is one pin
+    assert dict(read_requirements(lock).versions) == {"deepspeed": "0.19.2"}
+
+
+def test_an_included_file_is_read_beside_the_one_that_includes_it(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "base.txt").write_text("torch==2.13.0\n-r more.txt\n")
+    (tmp_path / "sub" / "more.txt").write_text("peft==0.21.2\n")
+    top = tmp_path / "requirements.txt"
+    top.write_text("-r sub/base.txt\n--requirement=sub/more.txt\ndeepspeed==0.19.2\n")
+    assert dict(read_requirements(top).versions) == {"torch": "2.13.0", "peft": "0.21.2", "deepspeed": "0.19.2"}
+
+
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        ({"a.txt": "-r b.txt\n", "b.txt": "-r a.txt\n"}, "(a cycle)"),
+        ({"a.txt": "-r a.txt\n"}, "(a cycle)"),
+        ({"a.txt": "-r https://example.org/r.txt\n"}, "includes https://example.org/r.txt by URL"),
+        ({"a.txt": "-r missing.txt\n"}, "missing.txt: --requirements: no such file"),
+        ({f"{i}.txt": f"-r {i + 1}.txt\n" for i in range(40)}, "levels deep"),
+    ],
+    ids=["cycle", "itself", "url", "missing", "deep"],
+)
+def test_an_include_that_cannot_be_followed_is_refused_never_skipped(
+    tmp_path: Path, files: dict[str, str], words: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    first = tmp_path / next(iter(files))
+    with pytest.raises(UserError) as raised:
+        read_requirements(first)
+    assert words in raised.value.line()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.analysis.atlas.model import read_atlas
+from harness.core.errors import EXIT_NOTHING_CHECKED
 from tests.support import fake_stack
 from tests.support.paths import REPO_ROOT
 
@@ -31,7 +32,9 @@ def test_prove_runs_what_is_unknown_answers_from_it_and_keeps_it(tmp_path: Path)
     # R1 declares it reproduces, but records no stack it was established on: nothing is proven about any stack.
     fake_stack.write_repro(tmp_path / "repros", "R1", "raise", "REPRODUCED")
     before = atlas_check(tmp_path, env)
-    assert before.returncode == 0, before.stdout + before.stderr
+    assert before.returncode == EXIT_NOTHING_CHECKED and "nothing was answered" in before.stderr, (
+        before.stdout + before.stderr
+    )
     assert before.stdout.startswith("R1 unknown: ") and "--here --prove --repros R1" in before.stdout
 
     proved = atlas_check(tmp_path, env, "--prove")

@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
-from harness.analysis.atlas.derive import catalog_boundaries, drawn_boundaries, mark_contradictions, merged
+from harness.analysis.atlas.derive import (
+    catalog_boundaries,
+    drawn_boundaries,
+    mark_contradictions,
+    merged,
+    with_observations,
+)
 from harness.analysis.atlas.evidence import Sources, read_sources
 from harness.analysis.atlas.expectations import catalog_claims
 from harness.analysis.atlas.html import write_page
@@ -25,7 +31,9 @@ from harness.reports.cost_table import CostEntry
 def failure_entry(repro: Repro, sources: Sources, costs: Sequence[CostEntry]) -> FailureEntry:
     spec = repro.spec
     depends = spec.deciding_packages
-    claims = mark_contradictions([*catalog_claims(repro), *sources.claims.get(spec.id, [])], depends)
+    claims = with_observations(
+        mark_contradictions([*catalog_claims(repro), *sources.claims.get(spec.id, [])], depends), depends
+    )
     drawn = [d for d in sources.drawn if d.failure == spec.id]
     mine = [e for e in costs if e.repro == spec.id]
     return FailureEntry(

@@ -2,10 +2,12 @@
 
 A failure is ``affected`` where every claim the stack lies inside (and no run contradicted) says the failure is
 there, ``not affected`` where every one says it is not, and ``unknown`` everywhere else: no claim holds the
-stack (a package outside every stack the failure was proven under, one the stack does not name), the claims
-disagree, one was contradicted by a later run, or what was seen there was something else. Where the device is
-not known, a claim proven for one device only answers for that device: the stack is ``affected`` if it is on
-either, and ``not affected`` only if on both. An unknown line carries the command that would prove it.
+stack (a package outside every stack the failure was proven under, or beyond the releases a range was observed
+at, one the stack does not name), the claims disagree, one was contradicted by a later run, or what was seen
+there was something else. A claim answers for the device its evidence ran on only: where the device is not
+known, the stack is ``affected`` if it is on either, and ``not affected`` only if on both. A family the failure
+cannot occur in (``impossible_in``), or a world size outside the SPEC's ``world_sizes``, is ``not affected``,
+with the SPEC's why. An unknown line carries the command that would prove it.
 
 Where affected, the line names the fixed trainer's guard and what it costs, as ``costs`` measured it.
 """
@@ -21,9 +23,10 @@ from pathlib import Path
 from harness.analysis.atlas.build import assemble
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.model import ATLAS_FILE, BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
-from harness.analysis.atlas.regions import Where, inside, matching_stack, outside, verdict_of
+from harness.analysis.atlas.regions import Where, inside, matching_stack, observed_text, outside, verdict_of
 from harness.analysis.explain.match import cost_lines, guard_lines
 from harness.config.repros import Discovery
+from harness.core.errors import EXIT_NOTHING_CHECKED
 from harness.core.invocation import program_text
 from harness.environments.stacks import Stack
 from harness.records.costs import newest_costs, read_costs
@@ -93,7 +96,9 @@ def _claim_text(claim: Claim, where: Where, depends_on: Sequence[str]) -> str:
     if claim.source == "run":
         scope = ", ".join(str(x) for x in (claim.device, f"{claim.world_sizes.lstrip('=')} ranks", claim.family) if x)
         return f"{claim.outcome} observed on this stack ({scope}) {_evidence_text(claim)}"
-    ranges = ", ".join(f"{p} {where.version(p)} in {s}" for p, s in claim.when.items())
+    ranges = ", ".join(
+        f"{p} {where.version(p)} in {s} (observed {observed_text(claim, p)})" for p, s in claim.when.items()
+    )
     held = [p for p in depends_on if p not in claim.when]
     stack = matching_stack(claim, where, depends_on) or {}
     pins = ", ".join(f"{p}{stack[p]}" for p in held if p in stack)
@@ -106,7 +111,8 @@ def _nearest(claims: Sequence[Claim], where: Where, depends_on: Sequence[str]) -
     """Why no claim holds the stack, told by the claim it misses least."""
     ranked = sorted(
         (c for c in claims if c.source != "run" and verdict_of(c.outcome) in (BAD, GOOD)),
-        key=lambda c: len(outside(c, where, depends_on)),
+        # The claim missed by fewest reasons, one whose range as written holds the stack first.
+        key=lambda c: (len(outside(c, where, depends_on)), len(outside(c, where, depends_on, spans=False))),
     )
     if not ranked:
         ranked = [c for c in claims if c.source != "run"] or list(claims)
@@ -169,6 +175,12 @@ def answer(spec: ReproSpec, entry: FailureEntry, where: Where, prove: str, costs
     depends = list(entry.depends_on)
     if where.family is not None and where.family in spec.impossible_in:
         return Answer(spec.id, NOT_AFFECTED, f"it cannot occur in {where.family}: {spec.impossible_in[where.family]}")
+    if where.world_size is not None and where.world_size not in spec.world_sizes:
+        return Answer(
+            spec.id,
+            NOT_AFFECTED,
+            f"it cannot occur at world size {where.world_size} (only {spec.world_sizes}): {spec.world_sizes_why}",
+        )
     if where.device is not None:
         decision = decide(entry.claims, where, depends)
         suffix = ""
@@ -254,5 +266,13 @@ def check_stack(
     return answers
 
 
+def nothing_answered(answers: Sequence[Answer]) -> bool:
+    """Whether every failure asked about is unknown: the check answered nothing, and must not pass."""
+    return bool(answers) and all(a.verdict == UNKNOWN for a in answers)
+
+
 def exit_status(answers: Sequence[Answer]) -> int:
-    return 1 if any(a.verdict == AFFECTED for a in answers) else 0
+    """1 when a failure is affected; ``EXIT_NOTHING_CHECKED`` when every one is unknown; else 0."""
+    if any(a.verdict == AFFECTED for a in answers):
+        return 1
+    return EXIT_NOTHING_CHECKED if nothing_answered(answers) else 0

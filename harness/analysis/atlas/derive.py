@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.analysis.atlas.evidence import Drawn
 from harness.analysis.atlas.model import BAD, GOOD, UNOBSERVED, Boundary, Claim, Evidence
-from harness.analysis.atlas.regions import inside, point_where, verdict_of
+from harness.analysis.atlas.regions import inside, observed_versions, point_where, verdict_of
 
 
 def is_point(claim: Claim) -> bool:
@@ -41,7 +41,7 @@ def mark_contradictions(claims: Sequence[Claim], depends_on: Sequence[str]) -> l
             for other in points
             if other is not claim
             and verdict_of(other.outcome) != verdict
-            and inside(claim, point_where(other), depends_on)
+            and inside(claim, point_where(other), depends_on, spans=False)
             for evidence in other.evidence
         ]
         unique = [e for i, e in enumerate(against) if e not in against[:i]]
@@ -72,7 +72,7 @@ def _observed(
             continue
         where = point_where(p)
         version = where.versions.get(package)
-        if version and inside(one, where, depends_on):
+        if version and inside(one, where, depends_on, spans=False):
             found.append(version)
     return sorted(set(found), key=lambda v: _version(v) or Version("0"))
 
@@ -85,9 +85,34 @@ def _supporting(
     verdict = verdict_of(claim.outcome)
     found: list[Evidence] = []
     for p in points:
-        if verdict_of(p.outcome) == verdict and inside(one, point_where(p), depends_on):
+        if verdict_of(p.outcome) == verdict and inside(one, point_where(p), depends_on, spans=False):
             found.extend(e for e in p.evidence if e not in found)
     return found
+
+
+def with_observations(claims: Sequence[Claim], depends_on: Sequence[str]) -> list[Claim]:
+    """``claims`` with, in each range claim no run contradicted, the releases that runs inside its range (under
+    one of its stacks, on its device) saw its outcome at added to what it observed: a range answers as far as
+    what was seen of it, and runs that agree with it widen that (``regions.py``)."""
+    points = [c for c in claims if is_point(c)]
+    widened = []
+    for claim in claims:
+        if is_point(claim) or claim.contradicted or not claim.when:
+            widened.append(claim)
+            continue
+        verdict = verdict_of(claim.outcome)
+        observed = {p: list(claim.observed.get(p, [])) for p in claim.when if p in claim.observed}
+        for point in points:
+            if verdict_of(point.outcome) != verdict or not inside(claim, point_where(point), depends_on, spans=False):
+                continue
+            for package in claim.when:
+                version = point_where(point).versions.get(package)
+                if version is not None:
+                    seen = observed.setdefault(package, observed_versions(claim, package))
+                    if version not in seen:
+                        seen.append(version)
+        widened.append(claim.model_copy(update={"observed": observed}) if observed != claim.observed else claim)
+    return widened
 
 
 def _scope(claim: Claim, evidence: Sequence[Evidence]) -> dict[str, str]:

@@ -13,7 +13,8 @@
 - an atlas (``atlas.json``): every claim it kept from runs (the catalog's are read from the SPECs afresh);
 - ``costs.json`` anywhere among them: what each workaround costs.
 
-A directory holding none of these is a ``UserError``; a record line that cannot be read is skipped and named.
+A directory holding none of these is a ``UserError``; a record line that cannot be read (a torn last line, a
+line that is no record) is left out and named in the atlas's notes, with how many records that drops and why.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from harness.analysis.atlas.regions import public, verdict_of
 from harness.config.repros import Discovery
 from harness.core.errors import UserError
 from harness.core.invocation import program_text
+from harness.core.user_files import read_named_text
 from harness.records.bisect import BISECT_FILE, FOUND, BisectReport
 from harness.records.changes import CHANGES_FILE, Change, ChangesFileError, read_changes
 from harness.records.costs import COSTS_FILE, read_costs
@@ -39,6 +41,9 @@ from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.cost_table import CostEntry
 from repros.runtime.outcomes import Outcome
+
+#: The largest ``bisect.json`` read.
+MAX_BISECT_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -149,7 +154,11 @@ def crosscheck_claims(record: ItemRecord, meta: RunMeta, discovery: Discovery, w
 def _read_run(path: Path, discovery: Discovery, sources: Sources) -> list[ItemRecord]:
     run = RunDir(path)
     records = read_results(run.results_path, lenient=True)
+    # Nothing left out in silence: each line not read as a record is a note of the atlas, with why.
     sources.notes.extend(records.skipped)
+    if records.torn is not None:
+        sources.notes.append(f"{records.torn.describe()}: 1 record left out of the atlas")
+    sources.notes.extend(records.duplicates)
     meta = run.read_meta()
     for record in records:
         for failure, kept in crosscheck_claims(record, meta, discovery, path):
@@ -183,10 +192,10 @@ def _bisect_command(report: BisectReport, extra: Mapping[str, object]) -> str:
 def _read_bisect(path: Path, discovery: Discovery, sources: Sources, source: str = "bisect") -> None:
     """A bisect's boundary and the claims on its two sides; its steps' records as points."""
     file = path / BISECT_FILE
+    raw = read_named_text(file, "", "pass a bisect's directory", limit=MAX_BISECT_BYTES, what="a bisect's report")
     try:
-        raw = file.read_text(encoding="utf-8")
         report = BisectReport.model_validate_json(raw)
-    except (OSError, ValueError, ValidationError) as exc:
+    except (ValueError, ValidationError) as exc:
         raise UserError(
             file, "", f"is not a bisect's report ({str(exc).splitlines()[0]})", "pass a bisect's directory"
         ) from None
@@ -230,6 +239,7 @@ def _read_bisect(path: Path, discovery: Discovery, sources: Sources, source: str
     old_side = Claim(
         outcome=str(beside.outcome),
         when={package: f">={older},<={before}"},
+        observed={package: [older, before]},
         under=[held],
         device=at.device,
         world_sizes=f"=={at.world_size}",
@@ -238,7 +248,11 @@ def _read_bisect(path: Path, discovery: Discovery, sources: Sources, source: str
         evidence=[evidence],
     )
     new_side = old_side.model_copy(
-        update={"outcome": str(at.outcome), "when": {package: f">={report.boundary},<={newer}"}}
+        update={
+            "outcome": str(at.outcome),
+            "when": {package: f">={report.boundary},<={newer}"},
+            "observed": {package: [report.boundary, newer]},
+        }
     )
     for claim in (old_side, new_side):
         sources.add(report.repro, claim)

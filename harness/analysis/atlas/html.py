@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 from packaging.version import InvalidVersion, Version
 
@@ -25,6 +24,7 @@ from harness.analysis.atlas.model import (
 )
 from harness.analysis.atlas.regions import contains, point_where, verdict_of
 from harness.core.names import natural_key
+from harness.reports import pages
 from harness.reports.plots import STYLE, figure, svg_text
 from repros.runtime.spec import TRACKED_PACKAGES
 
@@ -162,15 +162,6 @@ def package_figure(atlas: AtlasFile, package: str) -> Markup | None:
 
 
 def render_page(atlas: AtlasFile) -> str:
-    env = Environment(
-        loader=PackageLoader("harness.analysis.atlas", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["boundary"] = boundary_text
-    env.filters["pairs"] = lambda mapping: ", ".join(f"{k} {v}" for k, v in mapping.items()) or "-"
     packages = _packages(atlas)
     by_package = {
         p: sorted(
@@ -185,8 +176,10 @@ def render_page(atlas: AtlasFile) -> str:
         "contradicted": sum(1 for f in atlas.failures for b in f.boundaries if b.status == "contradicted"),
         "open": sum(1 for f in atlas.failures if any(b.status == "open upstream" for b in f.boundaries)),
     }
-    return env.get_template("atlas.html.j2").render(
+    return pages.render_page(
+        "atlas.html.j2",
         atlas=atlas,
+        boundary_text=boundary_text,
         packages=packages,
         by_package=by_package,
         figures={p: package_figure(atlas, p) for p in packages},

@@ -1,9 +1,12 @@
 """``atlas.json``: every documented failure, where each outcome of its ``bug`` mode was proven, and by what.
 
 A **claim** says: the failure's ``bug`` mode ends ``outcome`` wherever the packages it depends on lie in
-``when`` (ranges) and, for those ``when`` does not name, in one of the ``under`` stacks; on ``device`` (None:
-any), at ``world_sizes``, in ``family`` (None: every family the failure can occur in). Its ``evidence`` is what
-proved it: the command, the day, the versions and the outcome. A run's record is a claim of one point (every
+``when`` (ranges), no further than the releases ``observed`` along each (``regions.py``: between the lowest and
+the highest observed inside one stretch of the range; a pin is its own observation), and, for the packages
+``when`` does not name, in one of the ``under`` stacks; on ``device`` (the device its evidence ran on; None:
+not recorded, and then it answers for no device), at ``world_sizes`` (within the SPEC's), in ``family`` (None:
+every family the failure can occur in). Its ``evidence`` is what proved it: the command, the day, the versions
+and the outcome. A run's record is a claim of one point (every
 package it depends on pinned); an expectation of the catalog is a claim of its range; a bisect claims the
 releases on each side of the boundary it found. A later observation inside a claim that saw otherwise is
 kept in ``contradicted_by``: the claim is shown as contradicted, never silently replaced.
@@ -27,11 +30,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.core.errors import UserError
+from harness.core.user_files import read_named_text
 from harness.records.item import validation_problem
 
 ATLAS_FILE = "atlas.json"
 HTML_FILE = "index.html"
 SCHEMA_VERSION: Literal[1] = 1
+#: The largest ``atlas.json`` read (a few megabytes with a year of nights' evidence).
+MAX_ATLAS_BYTES = 256 * 2**20
 
 #: Where a claim comes from: a repro's expectations, a run's record, a bisect, a watch night's culprit.
 Source = Literal["catalog", "run", "bisect", "watch"]
@@ -67,8 +73,12 @@ class Claim(Frozen):
     outcome: str
     #: Package -> specifier: the range proven along these packages.
     when: dict[str, str] = Field(default_factory=dict)
+    #: Package (of ``when``) -> the releases this outcome was observed at: the range answers between the lowest and
+    #: the highest of them only. A package ``when`` pins (``==v``) needs none: the pin is what was observed.
+    observed: dict[str, list[str]] = Field(default_factory=dict)
     #: Stacks (package -> specifier) the range holds under, for the depended-on packages ``when`` does not name.
     under: list[dict[str, str]] = Field(default_factory=list)
+    #: The device its evidence ran on; None: not recorded (it answers for no device).
     device: str | None = None
     world_sizes: str = "any"
     family: str | None = None
@@ -143,10 +153,9 @@ def write_atlas(directory: Path, atlas: AtlasFile) -> Path:
 
 def read_atlas(path: Path) -> AtlasFile:
     """``atlas.json``, validated; a damaged one is a ``UserError`` naming the file and the field."""
+    text = read_named_text(path, "", "pass an atlas directory", limit=MAX_ATLAS_BYTES, what="an atlas")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(path, "", f"cannot be read ({exc.strerror})", "pass an atlas directory") from None
+        raw = json.loads(text)
     except (ValueError, RecursionError):
         raise UserError(path, "", "is not JSON", "build it again: ft-regress atlas build --out DIR") from None
     try:

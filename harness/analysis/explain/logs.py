@@ -20,8 +20,10 @@ exceptions are kept, the rest counted). Lines are numbered as ``grep -n`` and ed
 by newline only (a ``\r`` progress bar or a form feed does not start a line).
 
 What never ends is refused at once, in one line: a device (``/dev/zero``, ``/dev/urandom``), as
-the file or as standard input, and a stream (a pipe) that gives ``MAX_NUL_BYTES`` of NUL bytes in a
-row (an endless source of them; a file, which ends, may hold a hole of them where a crash left it).
+the file or as standard input, a named pipe that gives nothing within seconds (the file is opened
+as every file a user names is, ``harness/core/user_files.py``), and a stream (a pipe) that gives
+``MAX_NUL_BYTES`` of NUL bytes in a row (an endless source of them; a file, which ends, may hold a
+hole of them where a crash left it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import BinaryIO
 
 from harness.analysis.explain.symptoms import Symptoms
 from harness.core.errors import UserError
+from harness.core.user_files import not_a_file, open_named
 
 #: Terminal colour and cursor codes.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -293,53 +296,25 @@ def log_lines(fh: BinaryIO, stream: bool = False) -> Iterator[str]:
         yield chunk.decode("utf-8", errors="replace")
 
 
-def _endless_device(mode: int) -> str | None:
-    """What a file of this mode is, where it is a device or socket (no log, possibly endless)."""
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return None
-
-
 @contextmanager
 def open_log(path: str) -> Iterator[Iterator[str]]:
     """The lines of the log at ``path`` (``-``: standard input), read as they are used."""
     if path == "-":
         given = os.fstat(sys.stdin.fileno()).st_mode
-        kind = _endless_device(given) if not sys.stdin.isatty() else None
-        if kind is not None:
-            raise UserError("-", "LOG", f"standard input is {kind}, not a log", "pipe or redirect a log file into it")
+        problem = not_a_file(given) if not sys.stdin.isatty() else None
+        if problem is not None:
+            raise UserError("-", "LOG", f"standard input {problem}", "pipe or redirect a log file into it")
         try:
             yield log_lines(sys.stdin.buffer, stream=not stat.S_ISREG(given))
         except EndlessInput as exc:
             raise UserError("-", "LOG", str(exc), "pass a traceback or a CI log") from None
         return
-    try:
-        mode: int | None = os.stat(path).st_mode
-    except OSError:
-        mode = None  # said by open() below
-    kind = _endless_device(mode) if mode is not None else None
-    if kind is not None:
-        raise UserError(path, "LOG", f"is {kind}, not a log file", "pass a traceback or CI log file, or - for stdin")
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below, after the lines are read
-    except FileNotFoundError:
-        raise UserError(path, "LOG", "no such file", "pass a traceback or CI log file, or - to read stdin") from None
-    except IsADirectoryError:
-        raise UserError(path, "LOG", "is a directory", "pass a log file, e.g. a rank's rank0.log") from None
-    except OSError as exc:
-        raise UserError(path, "LOG", f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
-    with fh:
+    fix = "pass a traceback or CI log file, or - to read stdin"
+    with open_named(path, "LOG", fix) as fh:
+        regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
         try:
-            yield log_lines(fh, stream=mode is None or not stat.S_ISREG(mode))
+            yield log_lines(fh, stream=not regular)
         except EndlessInput as exc:
             raise UserError(path, "LOG", str(exc), "pass a traceback or a CI log") from None
-        except IsADirectoryError:
-            raise UserError(path, "LOG", "is a directory", "pass a log file, e.g. a rank's rank0.log") from None
         except OSError as exc:
-            raise UserError(
-                path, "LOG", f"cannot be read ({exc.strerror})", "check the path and its permissions"
-            ) from None
+            raise UserError(path, "LOG", f"cannot be read ({exc.strerror})", fix) from None

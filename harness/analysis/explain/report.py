@@ -47,12 +47,7 @@ def run_explain(
         scan = scan_log(lines)  # the whole log, line by line
     versions: dict[str, str] | None = None
     if freeze is not None:
-        try:
-            versions = from_freeze(freeze.read_text(encoding="utf-8", errors="replace"))
-        except OSError as exc:
-            raise UserError(
-                freeze, "--freeze", f"cannot be read ({exc.strerror})", "pass the file 'pip freeze > FILE' wrote"
-            ) from None
+        versions = from_freeze(freeze)
         if not versions:
             raise UserError(freeze, "--freeze", "lists no pinned package", "pass the output of 'pip freeze'")
     elif installed:

@@ -7,8 +7,8 @@ watch night named as a regression's culprit). ``atlas check (--stack "torch==2.5
 it runs nothing unless ``--prove``, which builds the stack as a cell, runs what is unknown, and keeps what it saw
 in the atlas (``--atlas DIR``, default ``<reports-dir>/atlas``).
 
-Exit status (check): 1 when the stack has a documented failure, 0 when it has none proven; (build) 0;
-2 for a usage error.
+Exit status (check): 1 when the stack has a documented failure, 0 when it has none proven, 2 when nothing was
+answered (every failure asked about unknown); (build) 0; 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.analysis.atlas.build import assemble, build_atlas, write_build
-from harness.analysis.atlas.check import UNKNOWN, check_stack, exit_status, load_atlas, where_of
+from harness.analysis.atlas.check import UNKNOWN, check_stack, exit_status, load_atlas, nothing_answered, where_of
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.model import ATLAS_FILE
 from harness.cli import options
@@ -95,7 +95,10 @@ class AtlasCommand(Command):
             "--device", choices=("cpu", "cuda"), help="the device the stack trains on (--here, --prove: this machine's)"
         )
         check.add_argument(
-            "--world-size", type=options.whole_number("--world-size"), metavar="N", help="the ranks it trains with"
+            "--world-size",
+            type=options.whole_number("--world-size", minimum=1),
+            metavar="N",
+            help="the ranks it trains with",
         )
         check.add_argument("--family", choices=list(FAMILIES), help="the model family it trains")
         options.add_cli_options(check, ("repros", "reports_dir", "repros_dir"))
@@ -184,4 +187,12 @@ def _check(args: argparse.Namespace, discovery: Discovery, console: Console, arg
         f"{counts['unknown']} unknown (from {read})",
         file=sys.stderr,
     )
+    if nothing_answered(answers):
+        count = len(answers)
+        asked = "the one failure asked about is" if count == 1 else f"all {count} failures asked about are"
+        print(
+            f"nothing was answered: {asked} unknown for this stack (outside what runs proved, as each line says); "
+            "--prove runs them",
+            file=sys.stderr,
+        )
     return exit_status(answers)

@@ -5,7 +5,8 @@ the world size its GPUs allow (one rank per visible GPU, two at most; two CPU ra
 GPU; ``--world-size`` to choose), run exactly as ``run`` runs a cell, into a run directory like
 ``run``'s. It prints per failure whether this stack has it, has it not, or cannot run it here and
 why, with what the fixed trainer did and what its guards cost; exit 1 when the stack has one, 0
-when it has none, 2 on a usage error.
+when it has none, 2 when nothing could be checked (no selected failure could run here: a stack without
+what they need), 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.console import Console
 
 from harness.cli import options
 from harness.cli.commands.base import Command
-from harness.core.errors import UserError
+from harness.core.errors import EXIT_NOTHING_CHECKED, UserError
 from harness.core.text import plain
 from harness.environments.stacks import read_interpreter
 from harness.execution.gpu_lease import visible_gpus
@@ -29,7 +30,7 @@ from harness.planning.crosscheck import CROSSCHECK
 from harness.planning.items import RunOptions, plan_items
 from harness.records.item import ItemRecord
 from harness.records.run_meta import RunMeta
-from harness.reports.check_summary import check_verdicts, conclusion, stack_has_a_failure
+from harness.reports.check_summary import check_verdicts, conclusion, nothing_checked, stack_has_a_failure
 from harness.reports.crosscheck_table import print_crosscheck
 from harness.reports.terminal import print_summary
 from repros.runtime.outcomes import Outcome
@@ -84,7 +85,7 @@ class CheckCommand(Command):
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         _require_torch_here()
         gpus = visible_gpus()
-        world_size = args.world_size or default_world_size(gpus)
+        world_size = args.world_size if args.world_size is not None else default_world_size(gpus)
         values = {k: v for k, v in vars(args).items() if k not in ("matrix", "cells", "lane", "world_size")}
         opts = check_options(values, args.out, world_size)
         plan = plan_items(opts)
@@ -105,11 +106,17 @@ class CheckCommand(Command):
             for verdict in verdicts:
                 console.print(plain(verdict.line()), highlight=False, markup=False)
             print_crosscheck(console, records)
-            diverged = [r for r in records if r.kind == "crosscheck" and r.outcome == Outcome.DIVERGES]
+            compared = [
+                r for r in records if r.kind == "crosscheck" and r.outcome in (Outcome.AGREES, Outcome.DIVERGES)
+            ]
+            diverged = [r for r in compared if r.outcome == Outcome.DIVERGES]
             found["has"] = stack_has_a_failure(verdicts) or bool(diverged)
+            found["nothing"] = nothing_checked(verdicts) and not compared
             console.print(plain(conclusion(verdicts, len(diverged))), highlight=False, markup=False)
 
         status = RunSession(opts, console, argv, None, plan=plan, kind="check", on_finished=ended).execute()
         if status not in (0, 1):
             return status  # a usage or write error, an interrupt
-        return EXIT_HAS_A_FAILURE if found.get("has") else 0
+        if found.get("has"):
+            return EXIT_HAS_A_FAILURE
+        return EXIT_NOTHING_CHECKED if found.get("nothing", True) else 0
