@@ -65,12 +65,26 @@ SPEC = ReproSpec(
             {"deepspeed": ">=0.19.3,<0.19.8"},
             established_by=_ESTABLISHED,
             under=(CURRENT,),
+            observed={"deepspeed": ("0.19.3", "0.19.5", "0.19.6", "0.19.7")},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": ">=0.19.8"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"deepspeed": ">=0.19.8"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.19.8",)},
+            established_on="cpu",
         ),
         Expectation(
-            "bug", Outcome.NOT_REPRODUCED, {"deepspeed": "<0.19.3"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.NOT_REPRODUCED,
+            {"deepspeed": "<0.19.3"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT,),
+            observed={"deepspeed": ("0.19.2",)},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
