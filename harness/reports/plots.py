@@ -171,8 +171,12 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
         return None
     import matplotlib
 
+    legend_columns = 3
     with matplotlib.rc_context(STYLE):
-        fig, (time_ax, mem_ax) = figure(_width(len(runs)), 3.8)
+        # The legend goes under both plots and the figure grows with it: beside them, forty items' names
+        # would leave the plots no room.
+        legend_rows = -(-len(items) // legend_columns)
+        fig, (time_ax, mem_ax) = figure(_width(len(runs)), 3.8 + 0.16 * legend_rows)
         xs = list(range(len(runs)))
         for key in items:
             label = "/".join(key)
@@ -187,7 +191,7 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
         time_ax.set_ylabel("ms")
         mem_ax.set_title("peak memory per item")
         mem_ax.set_ylabel("MiB")
-        mem_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.legend(*mem_ax.get_legend_handles_labels(), loc="outside lower center", ncols=legend_columns, fontsize=7)
         return svg_text(fig)
 
 

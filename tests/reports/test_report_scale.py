@@ -24,6 +24,8 @@ from tests.support.scale_figures import synthetic_records
 ITEMS = 300
 
 
+# matplotlib warns (and draws empty axes) when a legend leaves a plot no room: forty items' names did.
+@pytest.mark.filterwarnings("error::UserWarning")
 def test_a_large_runs_plots_draw_the_first_items_and_its_tables_hold_every_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
