@@ -8,19 +8,13 @@ marker exists, which is written last, so an interrupted build is never reused (i
 directory is wiped and rebuilt). A lock file per key keeps two runs from building
 the same environment at once.
 
-DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built
-without build isolation against it. Every ``deepspeed.init_distributed`` on a CPU
-accelerator loads its shared-memory comm op, which compiled just in time cost ~40 s in
-every new environment; so it is compiled ahead of time (``DS_BUILD_SHM_COMM=1``,
-DeepSpeed's own way to pre-install ops), once per distinct build, not once per release
-(``deepspeed_ops.py``): DeepSpeed is installed without ops (a pure-Python wheel, cached
-per (interpreter, torch, platform, accelerator) pair in a uv cache of its own, never the
-shared one, since it records the torch it was built against), then the op is placed in
-from the shared build of its key (its sources, builders, interpreter, torch, compiler,
-switches), or built by DeepSpeed's setup into this environment and kept as that key's
-build. Where it cannot be built ahead of time (no compiler, a release without the op)
-DeepSpeed stays as installed and compiles the op at first use, in the environment's own
-``TORCH_EXTENSIONS_DIR``, as before.
+DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built without build
+isolation against it, without any op (``DS_BUILD_OPS=0``: a pure-Python wheel, cached per
+(interpreter, torch, platform, accelerator) pair in a uv cache of its own, never the shared one,
+since it records the torch it was built against). Its CPU shared-memory comm op, which every
+``deepspeed.init_distributed`` on a CPU would otherwise compile at first use (a minute or more on
+two cores), is not built at all: no item's training uses it, and the ranks start DeepSpeed's comm
+backend without it (``repros/runtime/deepspeed_comm.py``).
 
 No bytecode is compiled at build: what items import is compiled by their imports, once per
 (interpreter, source) across every environment, kept in the cache's store and placed into each
@@ -75,7 +69,6 @@ from harness.environments.cache import (
     share_files,
     write_size,
 )
-from harness.environments.deepspeed_ops import GraftFailed, built_op, graft, harvest, op_key, site_packages
 from harness.environments.index import IndexConfig
 from harness.environments.integrity import damage, describe, write_manifest
 from harness.environments.inventory import list_distributions
@@ -90,27 +83,16 @@ from harness.environments.specs import NEWEST, requirement
 #:    (``deepspeed_ops.py``), compiled without debug information (``-g0`` now reaches C++).
 #: 7: no bytecode compiled at build: what items import, compiled once per (interpreter, source) by
 #:    the imports themselves, placed in from the store (``bytecode.py``); nothing run in it writes any.
+#: (DeepSpeed's comm op no longer built ahead of time changes nothing a 7 holds: an environment
+#: that has it is as good as one that has not: the ranks leave it unloaded unless asked.)
 RECIPE_VERSION = 7
-#: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
-#: ``DS_ENABLE_NINJA``: the op's two sources compile at once (setup.py otherwise compiles
-#: pre-installed ops one file after the other).
-DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "DS_ENABLE_NINJA": "1"}
 #: DeepSpeed installed without any op compiled in.
 DEEPSPEED_NO_OPS = {"DS_BUILD_OPS": "0"}
-#: Appended to Python's own compile flags for the op: no debug information (Python's flags ask
-#: for ``-g``; over torch's headers it doubles the compile time, and the JIT build it replaces had
-#: none either). In both ``CFLAGS`` and ``CXXFLAGS``: setuptools >= 72 compiles C++ with
-#: ``CXXFLAGS`` alone (else Python's flags), and each replaces Python's flags where set.
-OP_DEBUG_FLAGS = "-g0"
 #: A floating request's lock, beside its venv: the constraints every install step honours.
 LOCK_FILE = "lock.txt"
 #: The packages a cell leaves out (``exclude_packages``), as uv's ``--excludes`` reads them.
 EXCLUDES_FILE = "excludes.txt"
 ENV_RECORD = "env.json"
-#: Python's compile flags and C++ compiler, as the environment's own interpreter has them.
-_COMPILE_FLAGS_PROBE = (
-    "import json, sysconfig; print(json.dumps([sysconfig.get_config_var(k) or '' for k in ('CFLAGS', 'CXX')]))"
-)
 UV_TIMEOUT_S = 1800
 
 
@@ -524,7 +506,7 @@ class UvEnvironments:
         )
 
     def ops_pair_key(self, python: str, torch_version: str) -> str:
-        """What a DeepSpeed wheel built against torch (with or without ops) is only right for."""
+        """What a DeepSpeed wheel built against torch (without ops) is only right for."""
         material = {
             "python": python_identity(python),
             "torch": torch_version,
@@ -532,91 +514,30 @@ class UvEnvironments:
             # DeepSpeed picks its accelerator (and so which ops exist) from the host.
             "gpu_host": shutil.which("nvidia-smi") is not None,
             "uv": self.uv_version(),
-            "switches": DEEPSPEED_PREBUILT_OPS,
-            "flags": OP_DEBUG_FLAGS,
+            "switches": DEEPSPEED_NO_OPS,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-
-    def op_build_environ(self, python: str) -> tuple[dict[str, str], str]:
-        """The environment DeepSpeed's setup compiles the op in (the switches, Python's flags without
-        debug information, the venv's ninja on ``PATH``), and the compiler it will use."""
-        probe = subprocess.run(
-            [python, "-c", _COMPILE_FLAGS_PROBE],
-            capture_output=True,
-            text=True,
-            env=self.uv_environ(),
-            check=False,
-        )
-        try:
-            cflags, cxx = json.loads(probe.stdout)
-        except ValueError:
-            cflags, cxx = "", "c++"
-        flags = f"{cflags} {OP_DEBUG_FLAGS}".strip()
-        compiler = os.environ.get("CXX") or cxx or "c++"
-        try:
-            version = subprocess.run(
-                [compiler.split()[0], "--version"], capture_output=True, text=True, check=False, timeout=60
-            ).stdout.splitlines()
-        except (OSError, subprocess.TimeoutExpired):
-            version = []
-        path = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        environ = {**DEEPSPEED_PREBUILT_OPS, "CFLAGS": flags, "CXXFLAGS": flags, "PATH": path}
-        return environ, f"{compiler}: {version[0] if version else '?'}"
 
     def _install_deepspeed(
         self, python: str, request: EnvRequest, packages: dict[str, str], log: Path
     ) -> dict[str, object]:
-        """DeepSpeed without ops (its pair's wheel), then its comm op: placed in from the shared build
-        of its key, or built by DeepSpeed's setup here and kept as that key's build."""
+        """DeepSpeed without ops, from its pair's wheel (built by DeepSpeed's setup the first time the
+        pair meets the release). Its comm op is not built (``repros/runtime/deepspeed_comm.py``)."""
         pair = self.ops_pair_key(python, packages["torch"].lstrip("="))
         started = time.perf_counter()
         install = [*self._install_args(python, request), "--no-deps", "--no-build-isolation-package", "deepspeed"]
-        spec = requirement("deepspeed", packages["deepspeed"])
         wheels = self.cache_dir / "deepspeed-ops" / "wheels" / pair
-        found: dict[str, object] = {"prebuilt": [], "pair": pair}
-
-        def done(**extra: object) -> dict[str, object]:
-            return {**found, **extra, "seconds": round(time.perf_counter() - started, 1)}
-
+        found: dict[str, object] = {"pair": pair, "prebuilt": []}
         try:
-            self._uv([*install, "--cache-dir", str(wheels), spec], log, extra_env=DEEPSPEED_NO_OPS)
+            self._uv(
+                [*install, "--cache-dir", str(wheels), requirement("deepspeed", packages["deepspeed"])],
+                log,
+                extra_env=DEEPSPEED_NO_OPS,
+            )
         except EnvironmentUnavailable as exc:
-            return done(why=exc.reason)  # installed plainly by the main step; its ops compile at first use
-        site = site_packages(python)
-        environ, compiler = self.op_build_environ(python)
-        key = op_key(site, pair, compiler) if site is not None else None
-        if site is None or key is None:
-            return done(why="this release has no shm comm op to build ahead of time")
-        found["op_key"] = key
-        op_dir = self.cache_dir / "deepspeed-ops" / "shm" / key
-        op_dir.parent.mkdir(parents=True, exist_ok=True)
-        with flock_current(op_dir.with_name(f"{key}.lock"), fcntl.LOCK_EX) as fh:
-            try:
-                if built_op(op_dir):
-                    try:
-                        graft(site, op_dir)
-                        return done(prebuilt=prebuilt_ops(python), op="shared")
-                    except GraftFailed as exc:
-                        return done(why=f"the shared build of its comm op could not be placed: {exc}")
-                compile_started = time.perf_counter()
-                try:
-                    # DeepSpeed's own setup with the op, over the install without; a throwaway uv
-                    # cache, so that the pair's cache keeps only wheels without ops.
-                    cpu_s = self._uv(
-                        [*install, "--reinstall-package", "deepspeed", "--no-cache", spec], log, extra_env=environ
-                    )
-                except EnvironmentUnavailable as exc:
-                    return done(why=exc.reason)  # as installed without ops: the op compiles at first use
-                harvest(site, op_dir)
-                if cpu_s is not None:
-                    found["op_build_cpu_s"] = round(cpu_s, 1)  # uv's and the compiler's, all cores
-                return done(
-                    prebuilt=prebuilt_ops(python),
-                    op="built",
-                    op_build_s=round(time.perf_counter() - compile_started, 1),
-                )
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+            found["why"] = exc.reason  # installed plainly by the main step
+        found["seconds"] = round(time.perf_counter() - started, 1)
+        return found
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -674,17 +595,10 @@ def python_identity(python: str) -> str:
         return str(Path(python).resolve())
 
 
-_INSTALLED_OP = re.compile(r"'(?P<op>[\w]+)':\s*(?:True|1)\b")
-
-
-def prebuilt_ops(python: str) -> list[str]:
-    """The ops DeepSpeed's setup compiled into this environment (its ``installed_ops``)."""
-    venv = Path(python).parent.parent
-    for info in venv.glob("lib/python*/site-packages/deepspeed/git_version_info_installed.py"):
-        for line in info.read_text().splitlines():
-            if line.startswith("installed_ops"):
-                return sorted(m["op"] for m in _INSTALLED_OP.finditer(line))
-    return []
+def site_packages(python: str) -> Path | None:
+    """The venv's ``site-packages`` (``python`` is ``<venv>/bin/python``)."""
+    found = sorted(Path(python).parent.parent.glob("lib/python*/site-packages"))
+    return found[0] if found else None
 
 
 class UvProvider:

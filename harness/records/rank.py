@@ -113,6 +113,9 @@ class RankRecord(_Read):
     #: Who its code was told it is as it ended, where the rank said (a repro's own settings may
     #: have told it another rank or world than it was launched as).
     ran_as: RanAs | None = None
+    #: What became of DeepSpeed's CPU shared-memory comm op where its comm backend started (left
+    #: unbuilt: no training uses it; ``repros/runtime/deepspeed_comm.py``); None where it never did.
+    deepspeed_shm_comm: str | None = None
 
     @field_validator("ran_as", mode="before")
     @classmethod

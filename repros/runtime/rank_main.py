@@ -27,6 +27,7 @@ from typing import Any
 
 from repros.runtime.bytecode import keep_compiled
 from repros.runtime.context import Meters, RankContext, imported_versions, installed_versions
+from repros.runtime.deepspeed_comm import leave_unbuilt, recorded
 from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     # outlives its launcher, even when the orchestrator above it is killed.
     die_with_parent(os.getppid())
     keep_compiled()  # what this rank's imports compile, kept for the environment (done where forked)
+    leave_unbuilt()  # DeepSpeed's CPU shm comm op: no training uses it (done where forked too)
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -215,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             record["training_ended_at"] = ctx.meters.training_ended_at
         # What this rank imported (or would import, by its own sys.path): the record's versions.
         record["versions_imported"] = imported_versions()
+        record.update(recorded())  # what became of DeepSpeed's shm comm op, where its comm backend asked
         record["wall_s"] = time.perf_counter() - started
         record["finished_at"] = _now()
         record["ran_as"] = ran_as()  # who its code was told it is, which its own settings may change
