@@ -73,7 +73,9 @@ from harness.environments.index import IndexConfig
 from harness.environments.integrity import damage, describe, write_manifest
 from harness.environments.inventory import list_distributions
 from harness.environments.locks import DEFAULT_SIMPLE, Lock, ReleaseDates, resolve_lock
+from harness.environments.seals import Seals
 from harness.environments.specs import NEWEST, requirement
+from harness.environments.uv_sources import copied_from, known_digests
 
 #: Bump when the way environments are built changes, so old ones are not reused.
 #: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
@@ -130,6 +132,9 @@ class UvEnvironments:
         self.max_gb = max_gb
         #: The environments this process may use: never evicted by another (``cache.Holds``).
         self.holds = Holds(self.cache_dir)
+        #: Digests verified once, by file identity: the store's copies, uv's cache (``seals.py``).
+        self.seals = Seals(self.cache_dir)
+        self._uv_cache_dir: Path | None = None
         self._uv_version: str | None = None
         self._pythons: dict[str, tuple[str, str]] = {}
         #: Release dates asked of the index while resolving as of a day (once per package per run).
@@ -147,6 +152,21 @@ class UvEnvironments:
             out = subprocess.run([self.uv, "--version"], capture_output=True, text=True, check=True)
             self._uv_version = out.stdout.strip()
         return self._uv_version
+
+    def uv_caches(self) -> list[Path]:
+        """Where uv keeps the wheels it copies into environments: its own cache (``uv cache dir``, as
+        the builds' environment names it) and each DeepSpeed pair's (``_install_deepspeed``)."""
+        if self._uv_cache_dir is None:
+            try:
+                out = subprocess.run(
+                    [self.uv, "cache", "dir"], capture_output=True, text=True, env=self.uv_environ(), check=False
+                )
+                found = out.stdout.strip() if out.returncode == 0 else ""
+            except OSError:
+                found = ""  # no uv cache to take digests from: every file is hashed
+            self._uv_cache_dir = Path(found) if found else Path()
+        pairs = sorted((self.cache_dir / "deepspeed-ops" / "wheels").glob("*"))
+        return [*([self._uv_cache_dir] if self._uv_cache_dir != Path() else []), *pairs]
 
     def find_python(self, request: str) -> tuple[str, str]:
         """The interpreter uv would use for ``request``: (path, full version)."""
@@ -258,11 +278,14 @@ class UvEnvironments:
                 site = site_packages(env.python)
                 if site is not None:
                     write_no_bytecode(site)  # nothing run in it from now on writes bytecode into it
-                shared = share_files(tree, self.cache_dir)
+                # What uv copied unchanged from its cache has that file's digest (hashed once, not per
+                # environment): sharing and the manifest hash only the rest (``uv_sources.py``).
+                known = known_digests(site, copied_from(site, self.uv_caches()), self.seals) if site else {}
+                shared = share_files(tree, self.cache_dir, known, self.seals)
                 steps["share"] = time.perf_counter() - started - sum(steps.values())
                 # The manifest reuses the digests sharing computed; then the bytecode other
                 # environments' items compiled from the same sources, listed in it as it is placed.
-                write_manifest(env_dir, tree, shared.digests)
+                write_manifest(env_dir, tree, {**known, **shared.digests})
                 steps["manifest"] = time.perf_counter() - started - sum(steps.values())
                 interpreter = interpreter_of(env.python, self.uv_environ())
                 placed = place(env_dir, self.bytecode_store, interpreter, ready=False) if interpreter else Placed(0)
@@ -280,7 +303,8 @@ class UvEnvironments:
                 (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
                 (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
                 write_size(env_dir)
-                (env_dir / "shared.json").write_text(json.dumps({**shared.counts(), "bytecode_placed": placed.files}))
+                counts = {**shared.counts(), "digests_known": len(known), "bytecode_placed": placed.files}
+                (env_dir / "shared.json").write_text(json.dumps(counts))
                 (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
             except EnvironmentUnavailable as exc:
                 shutil.rmtree(env_dir, ignore_errors=True)
@@ -332,7 +356,7 @@ class UvEnvironments:
             return None, f"{ENV_RECORD} lacks a field ({exc})"
         if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
             return None, f"its interpreter {env.python} is missing"
-        problems = damage(env_dir)
+        problems = damage(env_dir, self.seals.known)
         if problems:
             return None, describe(problems)
         return env, ""
@@ -344,7 +368,7 @@ class UvEnvironments:
         if env.path is None:
             return []
         env_dir = Path(env.path)
-        problems = damage(env_dir)
+        problems = damage(env_dir, self.seals.known)
         if problems or env.interpreter is None or env.bytecode_store is None:
             return problems
         store = Path(env.bytecode_store)
