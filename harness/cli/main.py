@@ -1,9 +1,6 @@
 """Command line: ``ft-regress`` (or ``python -m harness``) and a verb; ``ft-regress VERB --help`` for each.
 
-Exit status (run): 0 when every observation matched its expectation, or was explored (a
-finding), 1 when one did not or an explored item could not run; (explain): 0 when the log
-shows a documented failure; 2 for a usage or configuration error (one line naming the file, the field and the fix;
-nothing is run, and no result already written is lost).
+What ``--help`` says is ``DESCRIPTION``, written for the one who runs it.
 """
 
 from __future__ import annotations
@@ -16,12 +13,24 @@ from typing import NoReturn
 
 from rich.console import Console
 
+from harness import __version__
 from harness.cli import options
 from harness.cli.commands import COMMANDS
 from harness.core.errors import EXIT_USAGE, UserError, one_line
 from harness.core.invocation import program_text
 from harness.core.text import plain
 from repros.runtime.registry import RegistryClash
+
+#: What ``ft-regress --help`` says above the verbs.
+DESCRIPTION = """\
+Reproduce the documented failures of LoRA/QLoRA/DoRA fine-tuning stacks across library versions,
+and your own training script's, in one environment per matrix cell. Each verb has its own help:
+{program} VERB --help.
+
+Exit status (run): 0 when every observation matched its expectation, or was explored (a
+finding), 1 when one did not or an explored item could not run; (explain): 0 when the log
+shows a documented failure; 2 for a usage or configuration error (one line naming the file, the
+field and the fix; nothing is run, and no result already written is lost)."""
 
 
 def program_name() -> str:
@@ -49,7 +58,12 @@ def checked_paths(parser: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = Parser(prog=program_name(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Parser(
+        prog=program_name(),
+        description=DESCRIPTION.format(program=program_name()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = root.add_subparsers(dest="command", required=True)
     for command_class in COMMANDS.values():
         command = command_class()

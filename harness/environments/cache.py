@@ -170,6 +170,14 @@ def disk_bytes(roots: Iterable[Path]) -> int:
     return total
 
 
+def recorded_size(env_dir: Path) -> int | None:
+    """What an environment takes, every file counted (``size.json``, written as it was built)."""
+    try:
+        return int(json.loads((env_dir / SIZE_FILE).read_text(encoding="utf-8"))["apparent"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def write_size(env_dir: Path) -> int:
     size = apparent_bytes(env_dir)
     (env_dir / SIZE_FILE).write_text(json.dumps({"apparent": size}), encoding="utf-8")
@@ -201,9 +209,8 @@ def entries(cache_dir: Path, with_own_bytes: bool = False) -> list[CacheEntry]:
             use = json.loads((env_dir / USE_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             use = {}
-        try:
-            size = int(json.loads((env_dir / SIZE_FILE).read_text(encoding="utf-8"))["apparent"])
-        except (OSError, ValueError, KeyError, TypeError):
+        size = recorded_size(env_dir)
+        if size is None:
             size = apparent_bytes(env_dir)
         ready = (env_dir / READY_MARKER).exists()
         last = use.get("last_used") if isinstance(use, dict) else None
