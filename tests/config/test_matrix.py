@@ -272,7 +272,8 @@ def test_two_spellings_of_one_package_are_refused(tmp_path: Path, other: str) ->
 
 def test_underscore_and_dash_spellings_are_one_package(tmp_path: Path) -> None:
     text = GOOD.replace(
-        'packages: {deepspeed: "==0.19.2", bitsandbytes: null}', 'packages: {my_team_ops: "==1.0", my-team-ops: "==2.0"}'
+        'packages: {deepspeed: "==0.19.2", bitsandbytes: null}',
+        'packages: {my_team_ops: "==1.0", my-team-ops: "==2.0"}',
     )
     err = error_for(tmp_path, text)
     assert err.field == "cells.beta.packages.my-team-ops" and "my_team_ops" in err.problem
