@@ -73,7 +73,7 @@ from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import new_run_id, utc_now
 from harness.reports.finalize import finalize
-from harness.reports.terminal import results_table
+from harness.reports.terminal import counts_line, results_table
 from repros.runtime.kinds import is_file_ref, kind_of, suffixes
 from repros.runtime.measures import measures
 from repros.runtime.registry import RegistryClash
@@ -548,7 +548,4 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     )
     terminalreporter.write_sep("=", "ft-regress: outcome (✓ matches expectation) · peak memory · step time")
     terminalreporter.write(buffer.getvalue())
-    matched = sum(1 for r in records if r.matched)
-    terminalreporter.write_line(
-        f"{matched} of {len(records)} items matched their expectation; results: {state.run_dir.results_path}"
-    )
+    terminalreporter.write_line(f"{counts_line(records)}; results: {state.run_dir.results_path}")

@@ -28,4 +28,9 @@ def print_run_end(
     for line in explored:
         console.print(plain(line), highlight=False, markup=False)
     if explored and not saving:
-        console.print("keep them as expectations: add --save-expectations", highlight=False, markup=False)
+        console.print(
+            "keep them as expectations: the same command with --save-expectations (it saves what this run "
+            "observed: nothing runs again)",
+            highlight=False,
+            markup=False,
+        )

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from repros.runtime.bytecode import keep_compiled
-from repros.runtime.deepspeed_comm import leave_unbuilt, recorded, wanted
+from repros.runtime.deepspeed_comm import forget, leave_unbuilt, recorded, wanted
 from repros.runtime.lifeline import become_subreaper, children, join_cgroup, kill_cgroup, kill_descendants
 from repros.runtime.record import open_log
 
@@ -242,11 +242,9 @@ def warm_deepspeed_comm_op() -> dict[str, Any]:
         op = build_shm_op()
     except BaseException as exc:  # noqa: BLE001 - the items will meet it and report it
         return {"error": f"{type(exc).__name__}: {exc}", "seconds": round(time.perf_counter() - started, 3)}
-    return {
-        "op": getattr(op, "__name__", None),
-        "seconds": round(time.perf_counter() - started, 3),
-        **recorded(),
-    }
+    said = {"op": getattr(op, "__name__", None), "seconds": round(time.perf_counter() - started, 3), **recorded()}
+    forget()  # each fork's rank says it itself, where its own comm backend asks for the op
+    return said
 
 
 def fork_hazards() -> list[str]:

@@ -113,3 +113,8 @@ def leave_unbuilt() -> None:
 def recorded() -> dict[str, str]:
     """For the rank's record: what became of the op, where DeepSpeed's comm backend asked for it."""
     return dict(state)
+
+
+def forget() -> None:
+    """What this process said of the op is not its forks' to say (a worker that loaded it ahead)."""
+    state.clear()
