@@ -31,6 +31,8 @@ class _Read(BaseModel):
 class RankError(_Read):
     #: The exception's qualified type (``torch.utils.checkpoint.CheckpointError``).
     type: str
+    #: What it is a kind of: each base class, qualified as ``type`` is (``ValueError``...).
+    bases: list[str] = Field(default_factory=list)
     message: str = ""
     traceback: str | None = None
     #: Each signature's own checks, judged in the rank where their code is (a user's repro).

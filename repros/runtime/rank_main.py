@@ -46,7 +46,10 @@ def _now() -> str:
 
 
 def _qualified_name(exc: BaseException) -> str:
-    cls = type(exc)
+    return _qualified_name_of(type(exc))
+
+
+def _qualified_name_of(cls: type) -> str:
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
@@ -196,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         record["status"] = "error"
         record["error"] = {
             "type": _qualified_name(exc),
+            # What it is a kind of, each base as a traceback would name it: a declaration that names
+            # a base class is told so.
+            "bases": [_qualified_name_of(base) for base in type(exc).__mro__[1:] if base is not object],
             "message": str(exc),
             "traceback": traceback.format_exc(),
             # A package that does not import, or one the cell lacks: the stack's failure, not the

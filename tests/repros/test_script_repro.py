@@ -34,6 +34,8 @@ SCRIPT = textwrap.dedent('''
         raise KeyError("something else")
     if args.behave == "exit3":
         sys.exit(3)
+    if args.behave == "subclass":
+        raise my_helper.NoMatchingModuleError(f"{my_helper.SYMPTOM}: no module matched")
 ''')
 
 DECLARATION = textwrap.dedent("""
@@ -57,7 +59,9 @@ def project(tmp_path: Path, behave: str = "declared") -> tuple[Path, dict[str, s
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "train.py").write_text(SCRIPT)
-    (mine / "my_helper.py").write_text('SYMPTOM = "gradients vanished"\n')
+    (mine / "my_helper.py").write_text(
+        'SYMPTOM = "gradients vanished"\n\n\nclass NoMatchingModuleError(RuntimeError):\n    pass\n'
+    )
     (mine / "ds_config.yaml").write_text("zero_optimization: {stage: 3}\n")  # a YAML file, not a repro
     (mine / "repro.yaml").write_text(DECLARATION.format(behave=behave))
     fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
@@ -248,3 +252,27 @@ def test_save_expectations_saves_what_the_last_run_observed_without_running_agai
     # The declaration changed since: the next save runs the items again.
     again = harness(tmp_path, env, "run", "--repros-dir", "mine", "--save-expectations")
     assert "nothing runs again" not in again.stdout and len(list((tmp_path / "reports").iterdir())) == 2
+
+
+@pytest.mark.parametrize(
+    ("behave", "hint"),
+    [
+        (
+            "subclass",
+            "the message matches mine.declared's pattern, but the error is my_helper.NoMatchingModuleError, a "
+            "subclass of the declared RuntimeError: declare the type as the traceback prints it, "
+            "my_helper.NoMatchingModuleError",
+        ),
+        (
+            "other",
+            "the declared error (RuntimeError matching 'gradients vanished') never appeared: rank 0 raised "
+            "KeyError: 'something else'",
+        ),
+    ],
+)
+def test_a_different_error_says_how_it_missed_the_declared_one(tmp_path: Path, behave: str, hint: str) -> None:
+    _, env = project(tmp_path, behave)
+    done = harness(tmp_path, env, "run", "--repros-dir", "mine", "--modes", "bug", "--out", "out")
+    (record,) = read_results(tmp_path / "out" / "results.jsonl")
+    assert record.outcome == "DIFFERENT_ERROR" and record.reasons == [hint]
+    assert f"    hint: {hint}" in done.stdout
