@@ -25,6 +25,9 @@ from repros.runtime.outcomes import UNOBSERVED, Outcome
 
 #: The record layout this harness writes; a record of another version is refused, not guessed at.
 SCHEMA_VERSION = 1
+#: ``workaround``'s values: the fixed trainer ran, or the repro's own workaround did.
+FIXED_TRAINER = "fixed trainer"
+OWN_WORKAROUND = "own"
 KNOWN_SCHEMA_VERSIONS = (1,)
 #: The fields without which a line is not a record at all.
 IDENTITY_FIELDS = ("schema_version", "cell", "repro", "mode", "outcome")
@@ -180,6 +183,10 @@ class ItemRecord(BaseModel):
     #: Explored (``run --explore``, or a repro with no expectation for the mode): the observation
     #: is a finding, reported per cell, never a missed expectation (unless nothing was observed).
     explored: bool = False
+    #: In fixed mode, what ran: ``fixed trainer`` (the harness's guards over the documented scenario) or
+    #: ``own`` (the repro's own workaround: a script repro's ``fixed`` command, which measures no steps
+    #: and applies no guard). None in other modes, and in records written before it was kept.
+    workaround: str | None = None
     #: The matrix cell a pinned or bisected cell was derived from (``--pin``, ``bisect``).
     cell_origin: str | None = None
     #: The tracked packages' versions (and Python's) as rank 0 imported them.
