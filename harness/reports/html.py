@@ -39,11 +39,11 @@ from harness.records.results import Records, torn_line
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
 from harness.reports.changes_summary import culprit_text, headline, moved_text
 from harness.reports.cost_table import entries as cost_entries
+from harness.reports.findings import findings_lines
 from harness.reports.finished import FinishedRun
 from harness.reports.grid_tables import changes_between_cells as grid_changes
 from harness.reports.grid_tables import new_failures as grid_new_failures
 from harness.reports.grid_tables import table_data as grid_table
-from harness.reports.findings import findings_lines
 from harness.reports.guard_costs import guard_costs
 from harness.reports.history import PastRun, history_items, load_history
 from harness.reports.plots import costs_plot, fixed_trainer_plot, guard_cost_plot, history_plot
