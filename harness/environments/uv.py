@@ -488,7 +488,7 @@ class UvEnvironments:
         env_dir.mkdir(parents=True)
         log = env_dir / "build.log"
         venv = env_dir / "venv"
-        self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log)
+        cpu_s = self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log) or 0.0
         python = str(venv / "bin" / "python")
         if request.exclude_packages:
             write_excludes(env_dir, request.exclude_packages)
@@ -503,15 +503,17 @@ class UvEnvironments:
             # build needs without isolation, and ninja, which it compiles with) first,
             # then build DeepSpeed against it.
             first = [requirement("torch", packages["torch"]), "setuptools", "wheel", "ninja"]
-            self._uv([*self._install_args(python, request), *first], log)
+            cpu_s += self._uv([*self._install_args(python, request), *first], log) or 0.0
             interpreter = interpreter_of(python, self.uv_environ())
             if interpreter is not None:  # DeepSpeed's setup imports torch: compiled once, not by every build
                 place_in_tree(venv, self.bytecode_store, interpreter)
             packages["torch"] = f"=={list_distributions(python).packages['torch']}"
             deepspeed_ops = self._install_deepspeed(python, request, packages, log)
+            spent = deepspeed_ops.get("cpu_s")
+            cpu_s += spent if isinstance(spent, (int, float)) else 0.0
         requirements = [requirement(name, spec) for name, spec in sorted(packages.items())]
         extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
-        self._uv([*self._install_args(python, request), *extra, *requirements], log)
+        cpu_s += self._uv([*self._install_args(python, request), *extra, *requirements], log) or 0.0
         listing = list_distributions(python)
         present = sorted(set(request.exclude_packages) & set(listing.packages))
         if present:  # uv honours --excludes; this only guards against an installer that did not
@@ -527,6 +529,7 @@ class UvEnvironments:
             build_s=0.0,
             deepspeed_ops=deepspeed_ops,
             lock=request.lock,
+            build_cpu_s=round(cpu_s, 1),
         )
 
     def ops_pair_key(self, python: str, torch_version: str) -> str:
@@ -553,11 +556,12 @@ class UvEnvironments:
         wheels = self.cache_dir / "deepspeed-ops" / "wheels" / pair
         found: dict[str, object] = {"pair": pair, "prebuilt": []}
         try:
-            self._uv(
+            cpu_s = self._uv(
                 [*install, "--cache-dir", str(wheels), requirement("deepspeed", packages["deepspeed"])],
                 log,
                 extra_env=DEEPSPEED_NO_OPS,
             )
+            found["cpu_s"] = round(cpu_s, 1) if cpu_s is not None else None
         except EnvironmentUnavailable as exc:
             found["why"] = exc.reason  # installed plainly by the main step
         found["seconds"] = round(time.perf_counter() - started, 1)

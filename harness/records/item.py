@@ -215,6 +215,8 @@ class ItemRecord(BaseModel):
     #: ``grid``: the combination this item ran, axis -> value.
     scenario: dict[str, str] | None = None
     wall_s: float
+    #: The CPU seconds its ranks used, all together (what the item's work took of the machine).
+    cpu_s: float | None = None
     #: Seconds from the launch to the first training step of the slowest rank (where every rank trained).
     to_training_s: float | None = None
     #: Seconds from the first step to the last (every rank's), where every rank trained: the item's

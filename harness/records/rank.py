@@ -110,6 +110,8 @@ class RankRecord(_Read):
     measures: dict[str, Measured] = Field(default_factory=dict)
     warmup_steps: int = 0
     wall_s: float | None = None
+    #: The CPU seconds the rank (and the children it waited for) used.
+    cpu_s: float | None = None
     #: What the repro recorded (``ctx.facts``).
     facts: dict[str, JsonValue] = Field(default_factory=dict)
     #: Who its code was told it is as it ended, where the rank said (a repro's own settings may

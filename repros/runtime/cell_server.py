@@ -49,6 +49,7 @@ from typing import Any
 
 from repros.runtime.bytecode import keep_compiled
 from repros.runtime.deepspeed_comm import forget, leave_unbuilt, recorded, wanted
+from repros.runtime.rank_main import cpu_seconds
 from repros.runtime.lifeline import become_subreaper, children, join_cgroup, kill_cgroup, kill_descendants
 from repros.runtime.record import open_log
 
@@ -455,6 +456,7 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
             "pid": os.getpid(),
             "python": sys.executable,
             "import_s": round(time.perf_counter() - started, 3),
+            "cpu_s": cpu_seconds(),  # the imports' work, done once for the cell's items
             "preloaded": took,
             "failed": failed,
             "deferred": deferred,

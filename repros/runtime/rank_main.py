@@ -18,6 +18,7 @@ import faulthandler
 import json
 import os
 import platform
+import resource
 import signal
 import sys
 import time
@@ -39,6 +40,12 @@ from repros.runtime.stack_failure import stack_failure
 #: The orchestrator's per-item timeout is the real bound; this only keeps a rank
 #: from outliving it by much if the orchestrator itself is gone.
 PROCESS_GROUP_TIMEOUT_S = 900
+
+
+def cpu_seconds() -> float:
+    """The CPU seconds this process (since it started, or was forked) and its waited-for children used."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime, 3)
 
 
 def _now() -> str:
@@ -225,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         record["versions_imported"] = imported_versions()
         record.update(recorded())  # what became of DeepSpeed's shm comm op, where its comm backend asked
         record["wall_s"] = time.perf_counter() - started
+        record["cpu_s"] = cpu_seconds()  # the work it did (and its children), whatever shared its cores
         record["finished_at"] = _now()
         record["ran_as"] = ran_as()  # who its code was told it is, which its own settings may change
         write_rank_record(item_dir, rank, record)

@@ -14,13 +14,16 @@ from harness.analysis.explore.save import save_run
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
+from harness.core.json import JsonValue
 from harness.core.text import plain
+from harness.execution.scheduler import Machine
 from harness.pipeline.session import RunEnding, RunSession
 from harness.planning.items import Plan, plan_items
 from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import RunMeta
+from harness.reports.run_cost import RunCost
 from harness.reports.run_end import print_run_end
 
 #: What a resumed run takes from its run.json; giving any of these with --resume is refused.
@@ -92,10 +95,12 @@ def run_ending(opts: RunOptions, plan: Plan, console: Console) -> RunEnding:
     """How ``run`` ends: its summary (``reports/run_end.py``), then with ``--save-expectations`` what
     it observed kept as the repros' expectations (``analysis/explore/save.py``)."""
 
-    def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> None:
-        print_run_end(console, records, meta.cells, plan.excluded, saving=opts.save_expectations)
+    def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> dict[str, JsonValue]:
+        cost = RunCost.of(meta, records, Machine.detect().cpus)
+        print_run_end(console, records, meta.cells, plan.excluded, saving=opts.save_expectations, cost=cost)
         if opts.save_expectations and not interrupted:
             save_run(opts, records, meta.cells, lambda text: console.print(plain(text), highlight=False, markup=False))
+        return {"cost": {**dataclasses.asdict(cost), "floor_s": round(cost.floor_s, 1)}}
 
     return ended
 
