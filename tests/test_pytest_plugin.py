@@ -282,6 +282,8 @@ def test_pytest_help_lists_the_run_options_that_fit_a_test_session() -> None:
         cwd=REPO_ROOT,
         timeout=120,
     )
+    # Under a title for the one who reads it.
+    assert "ft-regress: the repros as test items" in proc.stdout and "pytest_plugin.py" not in proc.stdout
     for flag in (
         "--repro-family",
         "--repro-executor",
@@ -404,14 +406,3 @@ def test_a_failure_reruns_with_pytest_and_says_no_unknown_exit_code(
     rerun = next(line for line in proc.stdout.splitlines() if line.lstrip("E ").startswith("rerun: "))
     assert rerun.lstrip("E ").startswith("rerun: pytest ") and "::T3-bug[a]" in rerun and " --cells a " in rerun
     assert "exit code None" not in junit.read_text()
-
-
-def test_the_options_group_is_titled_for_its_users() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
-    assert "ft-regress: the repros as test items" in proc.stdout and "pytest_plugin.py" not in proc.stdout

@@ -53,12 +53,7 @@ class RealTreeBuilds(FakeBuilds):
         venv = env_dir / "venv"
         # A real virtual environment (its site-packages processed at start), without pip.
         venv_module.create(venv, with_pip=False, symlinks=True)
-        packages = venv / "lib" / "python3.11" / "site-packages"
-        for rel, text in MODULES.items():
-            (packages / rel).parent.mkdir(parents=True, exist_ok=True)
-            (packages / rel).write_text(text)
-        (packages / "torch").mkdir()
-        (packages / "torch" / "_C.so").write_bytes(TORCH_SO)
+        self.lay_out(venv / "lib" / "python3.11" / "site-packages")
         return Environment(
             key=key,
             python=str(venv / "bin" / "python"),
@@ -69,6 +64,14 @@ class RealTreeBuilds(FakeBuilds):
             reused=False,
             build_s=0.0,
         )
+
+    def lay_out(self, packages: Path) -> None:
+        """What the install puts in ``site-packages``."""
+        for rel, text in MODULES.items():
+            (packages / rel).parent.mkdir(parents=True, exist_ok=True)
+            (packages / rel).write_text(text)
+        (packages / "torch").mkdir()
+        (packages / "torch" / "_C.so").write_bytes(TORCH_SO)
 
 
 def edit_keeping_size_and_mtime(path: Path, offset: int, data: bytes) -> None:

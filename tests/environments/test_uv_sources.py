@@ -10,7 +10,6 @@ import base64
 import dataclasses
 import hashlib
 import shutil
-import venv as venv_module
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,8 @@ from harness.environments import cache as cache_module
 from harness.environments import integrity as integrity_module
 from harness.environments import seals as seals_module
 from harness.environments.integrity import MANIFEST, digest_of
-from harness.environments.uv import extensions_dir_for
-from tests.environments.test_environments import REQUEST, FakeBuilds
-from tests.environments.test_integrity import edit_keeping_size_and_mtime
+from tests.environments.test_environments import REQUEST
+from tests.environments.test_integrity import RealTreeBuilds, edit_keeping_size_and_mtime
 
 #: A wheel as uv unpacks it into its cache: a shared library (16 KiB or more: shared through the
 #: store) and two modules.
@@ -52,7 +50,7 @@ def unpack_into_uv_cache(uv_cache: Path, archive_id: str = "AbCdEf012345") -> Pa
     return archive
 
 
-class CopiesFromUvCache(FakeBuilds):
+class CopiesFromUvCache(RealTreeBuilds):
     """Real sharing, seals and manifest; uv's install replaced by what it does with ``--link-mode copy``:
     each file of the unpacked wheel copied in, and ``RECORD`` written with ``INSTALLER`` added."""
 
@@ -61,29 +59,14 @@ class CopiesFromUvCache(FakeBuilds):
         self._uv_cache_dir = uv_cache
         self.archive = uv_cache / "archive-v0" / archive_id
 
-    def _build(self, request: EnvRequest, key: str, env_dir: Path) -> Environment:
-        self.builds += 1
-        venv = env_dir / "venv"
-        venv_module.create(venv, with_pip=False, symlinks=True)
-        site = venv / "lib" / "python3.11" / "site-packages"
-        archive = self.archive
+    def lay_out(self, packages: Path) -> None:
         for rel in [*WHEEL, f"{DIST_INFO}/METADATA"]:
-            (site / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(archive / rel, site / rel)
-        record = (archive / DIST_INFO / "RECORD").read_text()
-        (site / DIST_INFO / "INSTALLER").write_text("uv\n")
+            (packages / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.archive / rel, packages / rel)
+        record = (self.archive / DIST_INFO / "RECORD").read_text()
+        (packages / DIST_INFO / "INSTALLER").write_text("uv\n")
         installer = _record_hash(b"uv\n")
-        (site / DIST_INFO / "RECORD").write_text(record + f"{DIST_INFO}/INSTALLER,{installer},3\n")
-        return Environment(
-            key=key,
-            python=str(venv / "bin" / "python"),
-            python_version="3.11.7",
-            packages={"torch": "2.13.0"},
-            path=str(env_dir),
-            extensions_dir=str(extensions_dir_for(env_dir)),
-            reused=False,
-            build_s=0.0,
-        )
+        (packages / DIST_INFO / "RECORD").write_text(record + f"{DIST_INFO}/INSTALLER,{installer},3\n")
 
 
 def site(env: Environment) -> Path:
