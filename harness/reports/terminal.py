@@ -150,7 +150,8 @@ def counts_line(records: Sequence[ItemRecord]) -> str:
     flaky = sum(1 for r in records if r.outcome == Outcome.FLAKY)
     said = [f"{matched} of {checked} items matched their expectation"] if checked or not records else []
     if explored:
-        said.append(f"{explored} items explored (observations, not checked against expectations)")
+        items = "items" if explored != 1 else "item"
+        said.append(f"{explored} {items} explored (observations, not checked against expectations)")
     if flaky:
         said.append(f"{flaky} flaky (their attempts disagreed)")
     return "; ".join(said)
