@@ -30,12 +30,12 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 MANIFEST = "manifest.json"
 #: Checks hold it shared, a change to a ready environment and its manifest (bytecode placed in) holds
@@ -47,8 +47,15 @@ FORMAT = 2
 SHOWN = 5
 #: (device, inode) -> digest: what a caller already hashed (``cache.share_files``), not hashed again.
 Known = Mapping[tuple[int, int], str]
-#: The digests sealed for files as they are now (``seals.py``: ``Seals.known``), asked before hashing.
-Sealed = Callable[[Iterable[os.stat_result]], Known]
+
+
+class Sealed(Protocol):
+    """Digests known by a file's identity and state (``seals.py``): asked before a moved file is hashed,
+    and told what a check verified of a file other environments hold too."""
+
+    def known(self, stats: Iterable[os.stat_result]) -> Known: ...
+
+    def seal(self, sealed: Mapping[str | Path, tuple[os.stat_result, str]]) -> None: ...
 
 
 class FileEntry(NamedTuple):
@@ -352,7 +359,7 @@ def _damage(env_dir: Path, sealed: Sealed | None = None) -> list[str]:
     for rel in to_hash:
         if not stat.S_ISREG(found.files[rel].st_mode):
             moved[rel] = _entry(found.files[rel], manifest.files[rel].digest)
-    vouched = sealed(found.files[rel] for rel in regular) if sealed is not None and regular else {}
+    vouched = sealed.known(found.files[rel] for rel in regular) if sealed is not None and regular else {}
     unread = []
     for rel in regular:
         st = found.files[rel]
@@ -364,6 +371,7 @@ def _damage(env_dir: Path, sealed: Sealed | None = None) -> list[str]:
         else:
             moved[rel] = _entry(st, digest)
     regular = unread
+    verified: dict[str | Path, tuple[os.stat_result, str]] = {}
     for rel, now in zip(regular, _digests([tree / rel for rel in regular]), strict=True):
         if isinstance(now, OSError):
             problems[rel] = f"{tree / rel} was modified (it cannot be read: {now.strerror})"
@@ -372,6 +380,11 @@ def _damage(env_dir: Path, sealed: Sealed | None = None) -> list[str]:
             problems[rel] = f"{tree / rel} was modified (its {kind} differs from the build's)"
         else:
             moved[rel] = _entry(found.files[rel], now)
+            if sealed is not None and found.files[rel].st_nlink > 1:
+                # A file other environments hold too (the store's), verified as it is: its next reader need not.
+                verified[tree / rel] = (found.files[rel], now)
+    if sealed is not None and verified:
+        sealed.seal(verified)
     if moved and not problems:
         try:
             _write(env_dir, tree, {**manifest.files, **moved}, manifest.links)

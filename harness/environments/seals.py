@@ -30,7 +30,7 @@ SEALS_FILE = "seals.sqlite3"
 #: How long a writer waits for another process's write to finish.
 BUSY_TIMEOUT_S = 30.0
 #: Beyond this many seals, those whose file is gone are dropped (``prune``).
-KEPT = 2_000_000
+KEPT = 200_000
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS seals (dev INTEGER, ino INTEGER, size INTEGER, mtime_ns INTEGER, "
     "ctime_ns INTEGER, digest TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (dev, ino))"

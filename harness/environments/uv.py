@@ -356,7 +356,7 @@ class UvEnvironments:
             return None, f"{ENV_RECORD} lacks a field ({exc})"
         if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
             return None, f"its interpreter {env.python} is missing"
-        problems = damage(env_dir, self.seals.known)
+        problems = damage(env_dir, self.seals)
         if problems:
             return None, describe(problems)
         return env, ""
@@ -368,7 +368,7 @@ class UvEnvironments:
         if env.path is None:
             return []
         env_dir = Path(env.path)
-        problems = damage(env_dir, self.seals.known)
+        problems = damage(env_dir, self.seals)
         if problems or env.interpreter is None or env.bytecode_store is None:
             return problems
         store = Path(env.bytecode_store)

@@ -309,3 +309,24 @@ def test_before_an_item_a_damaged_environment_is_rebuilt_and_the_item_says_which
         assert ready.env is not None and not ready.env.reused and builds.builds == 2
         assert ready.env.repaired is not None
         assert "damaged before an item of c" in ready.env.repaired and str(pyc) in ready.env.repaired
+
+
+def test_a_check_seals_a_shared_file_it_verified_so_no_other_environment_reads_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = RealTreeBuilds(tmp_path)
+    first, second = (builds.get(r) for r in nights(2))
+    for name in ("seals.sqlite3", "seals.sqlite3-wal", "seals.sqlite3-shm"):
+        (tmp_path / name).unlink(missing_ok=True)  # environments built before any seal was kept
+    so = site(first) / "torch" / "_C.so"
+    os.link(so, tmp_path / "elsewhere")  # a link made outside: the change time moves, nothing sealed
+    hashed: list[str] = []
+    real = integrity_module.digest_of
+
+    def counting(path: str | Path) -> str:
+        hashed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(integrity_module, "digest_of", counting)
+    assert builds.verify(first) == [] and hashed == [str(so)]
+    assert builds.verify(second) == [] and hashed == [str(so)]  # the first check's seal vouches for it
