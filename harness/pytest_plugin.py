@@ -39,9 +39,11 @@ takes a port the OS picks, so concurrent items never share one.
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import os
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +73,8 @@ from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import new_run_id, utc_now
 from harness.reports.finalize import finalize
-from harness.reports.terminal import results_table
-from repros.runtime.kinds import is_file_ref, suffixes
+from harness.reports.terminal import counts_line, results_table
+from repros.runtime.kinds import is_file_ref, kind_of, suffixes
 from repros.runtime.measures import measures
 from repros.runtime.registry import RegistryClash
 
@@ -94,7 +96,10 @@ TAIL_LINES = 25
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("ft-regress repros", "run the repros as test items (see harness/pytest_plugin.py)")
+    group = parser.getgroup(
+        "ft-regress repros",
+        "ft-regress: the repros as test items, one per cell, repro and mode (the options of ft-regress run)",
+    )
     options.add_pytest_options(group, PLUGIN_OPTIONS)
     parser.addini("ft_regress_reports", "directory for repro runs' output", default="reports")
 
@@ -169,11 +174,28 @@ def _repro_dirs(config: pytest.Config) -> list[Path]:
     return [WORKER_PACKAGE_DIR, *(Path(base, d).resolve() for d in config.getoption("ft_repros_dir"))]
 
 
+def _repro_files_given(config: pytest.Config) -> list[Path]:
+    """The repro files named on the command line (``pytest repro.yaml``), wherever they lie."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return []
+    found = []
+    tests = config.getini("python_files")
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+        if path.suffix == ".py" and any(fnmatch.fnmatch(path.name, pattern) for pattern in tests):
+            continue  # a test module, whatever it assigns
+        if path.is_file() and path.suffix in suffixes() and kind_of(path) is not None:
+            found.append(path)
+    return found
+
+
 def _asked_for(config: pytest.Config) -> bool:
     if any(config.getoption(f"ft_{name}") for name in SELECTING_OPTIONS):
         return True
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         return False
+    if _repro_files_given(config):
+        return True
     dirs = _repro_dirs(config)
     for arg in config.args:
         path = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
@@ -183,7 +205,8 @@ def _asked_for(config: pytest.Config) -> bool:
 
 
 def _values(config: pytest.Config) -> dict[str, Any]:
-    """The plugin's option values by the shared destinations, paths against the invocation directory."""
+    """The plugin's option values by the shared destinations, paths against the invocation directory; a
+    repro file named on the command line is found where it lies (its directory, as ``--repros-dir``)."""
     base = config.invocation_params.dir
     values = {name: config.getoption(f"ft_{name}") for name in PLUGIN_OPTIONS}
     for name in PLUGIN_OPTIONS:
@@ -192,7 +215,16 @@ def _values(config: pytest.Config) -> dict[str, Any]:
             values[name] = Path(base, values[name])
         elif kind == "paths":
             values[name] = [Path(base, d) for d in values[name] or []]
+    given = [path.parent for path in _repro_files_given(config)]
+    values["repros_dir"] = list(dict.fromkeys([*values["repros_dir"], *given]))
     return values
+
+
+def _collected_dirs(config: pytest.Config, state: ReproSession) -> list[str]:
+    """Where the planned repros' files are: the worker package's, and each user repro's own directory
+    (``--repros-dir``, the matrix's ``repros_dirs``, ``$FT_REGRESS_REPROS``, an installed package)."""
+    dirs = [*_repro_dirs(config), *(path.parent for path in state.repro_files())]
+    return [str(d) for d in dict.fromkeys(dirs)]
 
 
 def _options(config: pytest.Config) -> RunOptions:
@@ -203,6 +235,8 @@ def _options(config: pytest.Config) -> RunOptions:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "world_size(n): the item launches n ranks")
     config.addinivalue_line("markers", "gpus(n): the item needs n GPUs; skipped where fewer are visible")
+    # Put on every repro item (a cell's items together under pytest-xdist): known with or without xdist.
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs the items of one group on one worker")
     if not _asked_for(config):
         return
     try:
@@ -229,7 +263,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = ReproSession(config, opts, plan, run_id, RunDir(out), workerinput is not None, visible_gpus(), environments)
     config.stash[STATE] = state
     if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args = [str(d) for d in _repro_dirs(config)]
+        config.args = _collected_dirs(config, state)
     if workerinput is None:
         if getattr(config.option, "dist", "no") == "load" and not any(
             a.startswith("--dist") for a in config.invocation_params.args
@@ -352,9 +386,24 @@ def _last_lines(text: str, limit: int = TAIL_LINES) -> str:
     return "\n".join(("    " + ln) for ln in shown) + ("\n    …" if len(lines) > limit else "")
 
 
-def failure_text(record: ItemRecord) -> str:
+#: ``run``'s flags as the plugin spells them (``--pin`` is ``--repro-pin`` here).
+PYTEST_FLAGS = {o.flags[0]: o.pytest_flags[0] for o in options.OPTIONS.values() if o.pytest_flags}
+
+
+def rerun_with_pytest(node: str, repro_cmd: str) -> str:
+    """The pytest command that reruns the item ``node`` (its file and name) alone, with the options its
+    ``repro_cmd`` (``ft-regress run ...``) gives it, as the plugin spells them."""
+    words = shlex.split(repro_cmd)
+    if "run" not in words:
+        return repro_cmd
+    flags = words[words.index("run") + 1 :]
+    return shlex.join(["pytest", node, *(PYTEST_FLAGS.get(word, word) for word in flags)])
+
+
+def failure_text(record: ItemRecord, node: str | None = None) -> str:
     """What a pytest failure shows: the outcome against the expectation, the signature
-    or error, the reasons, each rank's log tail, and how to rerun the item alone."""
+    or error, the reasons, each rank's log tail, and how to rerun the item alone (with pytest, the
+    item ``node``, where it is known)."""
     expected = record.expected or "nothing (no expectation covers these versions)"
     lines = [f"{record.id.label()}: observed {record.outcome}, expected {expected}"]
     lines.append(f"signature: {record.signature or '(none observed)'}")
@@ -365,12 +414,13 @@ def failure_text(record: ItemRecord) -> str:
     lines += [f"reason: {reason}" for reason in record.reasons]
     lines.append("versions: " + " ".join(f"{k}={v}" for k, v in record.versions.items() if v))
     for rank_summary in record.ranks:
-        lines.append(f"rank {rank_summary.rank} ({rank_summary.status}, exit code {rank_summary.exitcode}) log tail:")
+        code = f", exit code {rank_summary.exitcode}" if rank_summary.exitcode is not None else ""
+        lines.append(f"rank {rank_summary.rank} ({rank_summary.status}{code}) log tail:")
         lines.append(_last_lines(rank_summary.log_tail or "(empty)"))
     if not record.ranks and record.launcher_tail:
         lines.append("launcher log tail:")
         lines.append(_last_lines(record.launcher_tail))
-    lines.append(f"rerun: {record.repro_cmd}")
+    lines.append(f"rerun: {rerun_with_pytest(node, record.repro_cmd) if node else record.repro_cmd}")
     if record.item_dir:
         lines.append(f"logs: {record.item_dir}")
     return "\n".join(lines)
@@ -403,7 +453,7 @@ class _RecordedItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None) -> str:
         if isinstance(excinfo.value, ReproMismatch):
-            return failure_text(excinfo.value.record)
+            return failure_text(excinfo.value.record, f"{self.path}::{self.name}")
         return str(super().repr_failure(excinfo))
 
 
@@ -498,7 +548,4 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     )
     terminalreporter.write_sep("=", "ft-regress: outcome (✓ matches expectation) · peak memory · step time")
     terminalreporter.write(buffer.getvalue())
-    matched = sum(1 for r in records if r.matched)
-    terminalreporter.write_line(
-        f"{matched} of {len(records)} items matched their expectation; results: {state.run_dir.results_path}"
-    )
+    terminalreporter.write_line(f"{counts_line(records)}; results: {state.run_dir.results_path}")

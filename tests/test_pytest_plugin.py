@@ -119,7 +119,7 @@ def test_items_under_xdist_record_what_run_records(stack: tuple[Path, dict[str, 
     assert "a/T3/bug: observed DIFFERENT_ERROR, expected REPRODUCED" in proc.stdout
     assert "error: KeyError: 'something else' (rank 0)" in proc.stdout
     assert "rank 1 (error, exit code 1) log tail:" in proc.stdout
-    assert "rerun: python -m harness run --matrix" in proc.stdout
+    assert "rerun: pytest " in proc.stdout and "::T3-bug[a]' --matrix " in proc.stdout
 
     run = subprocess.run(
         [
@@ -282,6 +282,8 @@ def test_pytest_help_lists_the_run_options_that_fit_a_test_session() -> None:
         cwd=REPO_ROOT,
         timeout=120,
     )
+    # Under a title for the one who reads it.
+    assert "ft-regress: the repros as test items" in proc.stdout and "pytest_plugin.py" not in proc.stdout
     for flag in (
         "--repro-family",
         "--repro-executor",
@@ -357,3 +359,50 @@ def test_an_executor_named_under_pytest_runs_the_items(stack: tuple[Path, dict[s
     (record,) = read_results(out / "results.jsonl")
     assert record.node and record.outcome == "NOT_REPRODUCED"
     assert fake_stack.rank_records(out) and list((root / "slurm").iterdir())
+
+
+def own_repro_project(tmp_path: Path) -> Path:
+    """A user's project as ``init`` lays one out: the matrix naming its repros' directory."""
+    project = tmp_path / "project"
+    mine = project / "mine"
+    mine.mkdir(parents=True)
+    (mine / "train.py").write_text("raise ValueError('boom')\n")
+    (mine / "repro.yaml").write_text(
+        "repro:\n  id: yml\n  world_size: 1\n  script: train.py\n  fails_with: {type: ValueError, pattern: boom}\n"
+    )
+    fake_stack.write_matrix(project / "matrix.yaml", ["a"], extra={"repros_dirs": ["mine"]})
+    return project
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--cells", "a", "--repros", "yml"], ["mine/repro.yaml"]],
+    ids=["selected-by-id", "named-by-path"],
+)
+def test_ones_own_repro_is_collected_through_the_matrixs_repros_dirs_or_by_its_path(
+    stack: tuple[Path, dict[str, str]], tmp_path: Path, args: list[str]
+) -> None:
+    _, base = stack
+    project = own_repro_project(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-rA", *args],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env=base,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "PASSED mine/repro.yaml::yml-bug[a]" in proc.stdout, proc.stdout + proc.stderr
+    # The mark every repro item carries is known without pytest-xdist.
+    assert "PytestUnknownMarkWarning" not in proc.stdout + proc.stderr
+
+
+def test_a_failure_reruns_with_pytest_and_says_no_unknown_exit_code(
+    stack: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    junit = tmp_path / "junit.xml"
+    proc = pytest_run(stack, "--cells=a", "-p", "no:xdist", f"--junitxml={junit}", repros="T3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rerun = next(line for line in proc.stdout.splitlines() if line.lstrip("E ").startswith("rerun: "))
+    assert rerun.lstrip("E ").startswith("rerun: pytest ") and "::T3-bug[a]" in rerun and " --cells a " in rerun
+    assert "exit code None" not in junit.read_text()

@@ -1,9 +1,6 @@
 """Command line: ``ft-regress`` (or ``python -m harness``) and a verb; ``ft-regress VERB --help`` for each.
 
-Exit status (run): 0 when every observation matched its expectation, or was explored (a
-finding), 1 when one did not or an explored item could not run; (explain): 0 when the log
-shows a documented failure; 2 for a usage or configuration error (one line naming the file, the field and the fix;
-nothing is run, and no result already written is lost).
+What ``--help`` says is ``DESCRIPTION``, written for the one who runs it.
 """
 
 from __future__ import annotations
@@ -16,12 +13,24 @@ from typing import NoReturn
 
 from rich.console import Console
 
+from harness import __version__
 from harness.cli import options
 from harness.cli.commands import COMMANDS, Command
 from harness.core.errors import EXIT_USAGE, UserError, one_line
 from harness.core.invocation import program_text
 from harness.core.text import plain
 from repros.runtime.registry import RegistryClash
+
+#: What ``ft-regress --help`` says above the verbs.
+DESCRIPTION = """\
+Reproduce the documented failures of LoRA/QLoRA/DoRA fine-tuning stacks across library versions,
+and your own training script's, in one environment per matrix cell. Each verb has its own help:
+{program} VERB --help.
+
+Exit status (run): 0 when every observation matched its expectation, or was explored (a
+finding), 1 when one did not or an explored item could not run; (explain): 0 when the log
+shows a documented failure; 2 for a usage or configuration error (one line naming the file, the
+field and the fix; nothing is run, and no result already written is lost)."""
 
 
 def program_name() -> str:
@@ -88,7 +97,12 @@ def _verbs() -> Iterator[Command]:
 def parser(warn: Callable[[str], None] | None = None) -> argparse.ArgumentParser:
     """The command line's parser; ``warn`` is told, in one line each, of every verb plugin that could not be
     loaded (its verb then exits 2 naming it)."""
-    root = Parser(prog=program_name(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Parser(
+        prog=program_name(),
+        description=DESCRIPTION.format(program=program_name()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = root.add_subparsers(dest="command", required=True)
     for command in _verbs():
         name = command.verb if isinstance(command, BrokenVerb) else command.name

@@ -177,7 +177,8 @@ OPTIONS: dict[str, Option] = {
         Option(
             "cache_dir",
             ("--cache-dir",),
-            f"environment cache (default: {default_cache_dir()})",
+            "where the cells' environments are kept (default: $FT_REGRESS_CACHE, else $XDG_CACHE_HOME/ft-regress, "
+            f"else ~/.cache/ft-regress; here: {default_cache_dir()})",
             kind="path",
             pytest_flags=("--repro-cache-dir",),
         ),
@@ -324,10 +325,17 @@ OPTIONS: dict[str, Option] = {
 }
 
 
-def add_cli_options(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+def add_cli_options(
+    parser: argparse.ArgumentParser, names: Iterable[str], helps: Mapping[str, str] | None = None
+) -> None:
+    """The options ``names`` on ``parser``; ``helps``: what a verb says of some of them instead (one that
+    takes no matrix, say)."""
     for name in names:
         option = OPTIONS[name]
-        parser.add_argument(*option.flags, **option.argparse_kwargs())
+        kwargs = option.argparse_kwargs()
+        if helps and name in helps:
+            kwargs["help"] = helps[name]
+        parser.add_argument(*option.flags, **kwargs)
 
 
 def add_pytest_options(group: Any, names: Iterable[str]) -> None:

@@ -7,6 +7,7 @@ is not installed. Nothing here depends on a cell's name.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import functools
 import hashlib
 import json
@@ -24,7 +25,7 @@ from packaging.utils import canonicalize_name
 from harness.config.crosscheck import load_crosscheck
 from harness.config.grid import load_grid
 from harness.config.model import DEFAULT_PYTHON, DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Cell, Exclude, Matrix
-from harness.config.repros import is_directory
+from harness.config.repros import BrokenRepro, is_directory
 from harness.config.yaml_safety import load_yaml
 from harness.core.errors import UserError
 from harness.core.json import JsonObject, JsonValue
@@ -34,6 +35,7 @@ from harness.environments import DEFAULT_PROVIDER, PROVIDERS, provider_class
 from harness.environments.passthrough import PassthroughProvider
 from harness.environments.specs import NEWEST
 from repros.runtime.families import DEFAULT_FAMILY
+from repros.runtime.spec import TRACKED_PACKAGES
 
 MATRIX_FORMAT_HINT = "see docs/matrix.md, 'matrix.yaml format'"
 #: A matrix is a few kilobytes; anything far larger is a mistake or an attack.
@@ -204,6 +206,21 @@ def _example_version(spec: str) -> str:
     return digits or "1.2.3"
 
 
+#: How close a package name must come to one the harness tracks to be taken for its misspelling.
+MISSPELLED_CUTOFF = 0.85
+
+
+def _check_name(path: Path, field: str, package: str) -> None:
+    """A package named all but like one the harness tracks (``deepsped``) is refused: uv would fail to
+    find it only when the cell's environment is built, and then as that cell's INFRA."""
+    key = canonicalize_name(package)
+    if key in TRACKED_PACKAGES:
+        return
+    close = difflib.get_close_matches(key, TRACKED_PACKAGES, n=1, cutoff=MISSPELLED_CUTOFF)
+    if close:
+        raise UserError(path, field, f"{package!r} is not a package the harness tracks", f"did you mean {close[0]}?")
+
+
 def _merge_packages(path: Path, cell_name: str, defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, str]:
     merged: dict[str, str] = {}
     for source, table in (("defaults", defaults), (f"cells.{cell_name}", own)):
@@ -218,6 +235,7 @@ def _merge_packages(path: Path, cell_name: str, defaults: dict[str, Any], own: d
                     "keep one of the two spellings",
                 )
             spelled[key] = package
+            _check_name(path, f"{source}.packages.{package}", package)
             if spec is None:
                 merged.pop(key, None)
                 continue
@@ -268,8 +286,29 @@ def _read_capped(path: Path) -> bytes:
     return read_named(path, "", "pass --matrix with the path of a matrix file", limit=MAX_MATRIX_BYTES, what="a matrix")
 
 
-def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collection[str]) -> Matrix:
+def _check_repro(
+    path: Path, field: str, repro: str, known_repros: Collection[str], broken: Mapping[str, BrokenRepro]
+) -> None:
+    """A repro the matrix names is one that was found; one whose file could not be read is refused with
+    what is wrong with the file (the loader's own message), never as a repro that does not exist."""
+    if repro in known_repros:
+        return
+    unreadable = next((b for b in broken.values() if b.declared_id == repro), None)
+    if unreadable is None:
+        raise UserError(path, field, f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
+    if unreadable.error is not None:
+        raise unreadable.error
+    raise UserError(unreadable.module, "", unreadable.reason, f"fix it: {path.name}'s {field} names it")
+
+
+def load_matrix(
+    path: Path,
+    known_repros: Collection[str],
+    known_modes: Collection[str],
+    broken: Mapping[str, BrokenRepro] | None = None,
+) -> Matrix:
     """Read and validate ``path``; raise ``UserError`` naming the field and the fix."""
+    broken = broken or {}
     path = Path(path)
     raw_bytes = _read_capped(path)
     data = load_yaml(path, raw_bytes)
@@ -317,13 +356,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             )
         cell_repros = raw.get("repros")
         for i, repro in enumerate(cell_repros or []):
-            if repro not in known_repros:
-                raise UserError(
-                    path,
-                    f"cells.{name}.repros[{i}]",
-                    f"unknown repro {repro!r}",
-                    unknown_repro_fix(repro, known_repros),
-                )
+            _check_repro(path, f"cells.{name}.repros[{i}]", repro, known_repros, broken)
         exclude_newer = raw.get("exclude_newer", defaults.get("exclude_newer"))
         cells[name] = Cell(
             name=name,
@@ -350,9 +383,9 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         named_repros = raw.get("repro")
         listed = named_repros if isinstance(named_repros, list) else [named_repros]
         for j, repro in enumerate(listed):
-            if repro is not None and repro not in known_repros:
+            if repro is not None:
                 field = f"exclude[{i}].repro" + (f"[{j}]" if isinstance(named_repros, list) else "")
-                raise UserError(path, field, f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
+                _check_repro(path, field, repro, known_repros, broken)
         if "mode" in raw and raw["mode"] not in known_modes:
             raise UserError(
                 path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
@@ -366,8 +399,7 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
 
     named = data.get("repros")
     for i, repro in enumerate(named or []):
-        if repro not in known_repros:
-            raise UserError(path, f"repros[{i}]", f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
+        _check_repro(path, f"repros[{i}]", repro, known_repros, broken)
 
     return Matrix(
         path=path.resolve(),

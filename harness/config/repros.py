@@ -70,6 +70,10 @@ class BrokenRepro:
     id: str
     module: str
     reason: str
+    #: The id the file means to declare, where it could be read (a script repro's ``id:``).
+    declared_id: str | None = None
+    #: The loader's own message, as a user's error: what is wrong, where in the file, the fix.
+    error: UserError | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ class Described:
     kind: str = ""
     reason: str = ""
     rank_params: JsonObject = field(default_factory=dict)
+    declared_id: str | None = None
+    error: UserError | None = None
 
 
 def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Described:
@@ -202,7 +208,12 @@ def describe_in_child(path: Path, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Desc
         try:
             result = json.loads(out.read_text(encoding="utf-8"))
             if not result.get("ok"):
-                return Described(None, reason=str(result.get("error")))
+                parts = result.get("declaration_error")
+                error = UserError(parts["file"], parts["field"], parts["problem"], parts["fix"]) if parts else None
+                named = result.get("declared_id")
+                return Described(
+                    None, reason=str(result.get("error")), declared_id=named if named else None, error=error
+                )
             params = result.get("rank_params") or {}
             if not isinstance(params, dict):
                 raise TypeError("rank_params is not a mapping")
@@ -232,10 +243,20 @@ def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
     found: dict[str, Repro] = {}
     broken: dict[str, BrokenRepro] = {}
 
-    def add(stem: str, ref: str, spec: ReproSpec | None, kind: str, reason: str, params: JsonObject) -> None:
+    def add(
+        stem: str,
+        ref: str,
+        spec: ReproSpec | None,
+        kind: str,
+        reason: str,
+        params: JsonObject,
+        described: Described | None = None,
+    ) -> None:
         unusable = unusable_expectation(spec) if spec is not None else None
         if spec is None or unusable is not None:
-            broken[stem] = BrokenRepro(stem, ref, reason or str(unusable))
+            named = described.declared_id if described is not None else (spec.id if spec is not None else None)
+            error = described.error if described is not None else None
+            broken[stem] = BrokenRepro(stem, ref, reason or str(unusable), named, error)
         elif spec.id in found:
             broken[stem] = BrokenRepro(stem, ref, f"repro id {spec.id!r} is already taken by {found[spec.id].module}")
         else:
@@ -256,5 +277,5 @@ def discover(extra_dirs: Sequence[Path] = ()) -> Discovery:
             add(path.stem, str(path), None, "", f"{refused.problem}; {refused.fix}", {})
             continue
         described = describe_in_child(path)
-        add(path.stem, str(path), described.spec, described.kind, described.reason, described.rank_params)
+        add(path.stem, str(path), described.spec, described.kind, described.reason, described.rank_params, described)
     return Discovery(repros=found, broken=broken)

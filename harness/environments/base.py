@@ -73,6 +73,8 @@ class Environment:
     #: A build's seconds by step (``install``: uv, DeepSpeed and its op; ``share``: files linked to
     #: the store; ``manifest``; ``bytecode``: placed from the store); ``build_s`` is their sum.
     build_steps: dict[str, float] | None = None
+    #: The CPU seconds its installer's processes used (downloads, installs, DeepSpeed's setup).
+    build_cpu_s: float | None = None
     #: Its interpreter's bytecode, as the store names it (``cpython-311-a70d0d0a``); None where none is
     #: kept for it (``bytecode.py``).
     interpreter: str | None = None

@@ -17,13 +17,17 @@ file that several environments hold.
   cache is never linked to (its files stay copies, ``--link-mode copy``). A shared file edited in
   place changes its content in every environment that holds it, so the manifest check
   (``integrity.py``: content digests, change times) reports each of them damaged and rebuilds it;
-  and the store's copy is hashed again before anything new is linked to it: a copy that no longer
-  holds what its name says is replaced, never spread. Nothing is trusted on faith.
+  and the store's copy is verified again before anything new is linked to it (by its seal where it
+  has not changed since it was last verified, ``seals.py``, else hashed): a copy that no longer
+  holds what its name says is replaced, never spread. What uv copied unchanged from its own cache
+  takes the digest of the file it was copied from, hashed once (``uv_sources.py``). Nothing is
+  trusted on faith.
 - A full disk is said as such: how much is free, what the cache takes, and the command that frees it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import fcntl
@@ -31,12 +35,13 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from harness.environments.integrity import MANIFEST, changing, damage, digest_of, write_manifest
+from harness.environments.seals import Seals
 
 ENVS = "envs"
 STORE = "store"
@@ -165,6 +170,14 @@ def disk_bytes(roots: Iterable[Path]) -> int:
     return total
 
 
+def recorded_size(env_dir: Path) -> int | None:
+    """What an environment takes, every file counted (``size.json``, written as it was built)."""
+    try:
+        return int(json.loads((env_dir / SIZE_FILE).read_text(encoding="utf-8"))["apparent"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def write_size(env_dir: Path) -> int:
     size = apparent_bytes(env_dir)
     (env_dir / SIZE_FILE).write_text(json.dumps({"apparent": size}), encoding="utf-8")
@@ -196,9 +209,8 @@ def entries(cache_dir: Path, with_own_bytes: bool = False) -> list[CacheEntry]:
             use = json.loads((env_dir / USE_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             use = {}
-        try:
-            size = int(json.loads((env_dir / SIZE_FILE).read_text(encoding="utf-8"))["apparent"])
-        except (OSError, ValueError, KeyError, TypeError):
+        size = recorded_size(env_dir)
+        if size is None:
             size = apparent_bytes(env_dir)
         ready = (env_dir / READY_MARKER).exists()
         last = use.get("last_used") if isinstance(use, dict) else None
@@ -308,23 +320,21 @@ class Shared:
         return {"files": self.files, "bytes_saved": self.bytes_saved}
 
 
-def _store_copy_is(target: Path, digest: str, mode: int) -> bool:
+def _store_copy_is(target: Path, digest: str, mode: int, sealed: Mapping[tuple[int, int], str]) -> bool:
     """Whether the store's copy still holds the content (and mode) its name says: a copy edited in
-    place since it was stored is never linked to again."""
+    place since it was stored is never linked to again. ``sealed``: the digests its seal vouches for
+    (``seals.py``), by (device, inode), where it has not changed since it was last verified."""
     try:
         st = os.lstat(target)
-        return stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode and digest_of(target) == digest
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
+            return False
+        return sealed.get((st.st_dev, st.st_ino)) == digest or digest_of(target) == digest
     except OSError:
         return False
 
 
-def share_files(tree: Path, cache_dir: Path) -> Shared:
-    """Replace each file of ``tree`` of ``SHARE_MIN_BYTES`` or more with a hard link to the store's
-    copy of the same content and mode (the store takes this copy where it has none, or where its copy
-    no longer holds what its name says)."""
-    store = cache_dir / STORE
-    files = saved = 0
-    digests: dict[tuple[int, int], str] = {}
+def _sharable(tree: Path) -> Iterable[tuple[Path, os.stat_result]]:
+    """The files of ``tree`` worth a link to the store (``SHARE_MIN_BYTES`` or more, not linked yet)."""
     for dirpath, _, filenames in os.walk(tree):
         for name in filenames:
             path = Path(dirpath) / name
@@ -332,30 +342,60 @@ def share_files(tree: Path, cache_dir: Path) -> Shared:
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size < SHARE_MIN_BYTES or st.st_nlink > 1:
-                continue
-            digest = digest_of(path)
-            # By the inode the name holds after sharing: a replaced inode's number may be reused.
-            digests[(st.st_dev, st.st_ino)] = digest
-            key = _content_key(digest, st)
-            target = store / key[:2] / key
-            try:
-                if target.exists() and _store_copy_is(target, digest, stat.S_IMODE(st.st_mode)):
-                    tmp = path.with_name(f".{name}.ft-link")
-                    os.link(target, tmp)
-                    os.replace(tmp, path)
-                    del digests[(st.st_dev, st.st_ino)]
-                    linked = os.lstat(path)
-                    digests[(linked.st_dev, linked.st_ino)] = digest
-                    saved += st.st_size
-                else:
-                    # None yet, or a damaged one (the environments holding it find it so themselves).
-                    target.unlink(missing_ok=True)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.link(path, target)
-                files += 1
-            except OSError:
-                continue  # another filesystem, a link limit: the copy stays
+            if stat.S_ISREG(st.st_mode) and st.st_size >= SHARE_MIN_BYTES and st.st_nlink == 1:
+                yield path, st
+
+
+def share_files(
+    tree: Path, cache_dir: Path, known: Mapping[tuple[int, int], str] | None = None, seals: Seals | None = None
+) -> Shared:
+    """Replace each file of ``tree`` of ``SHARE_MIN_BYTES`` or more with a hard link to the store's
+    copy of the same content and mode (the store takes this copy where it has none, or where its copy
+    no longer holds what its name says). ``known``: digests already known, by (device, inode), not
+    computed again (``uv_sources.py``); ``seals``: the store's copies are verified by their seals
+    where those match, and sealed as they are linked."""
+    store = cache_dir / STORE
+    files = saved = 0
+    digests: dict[tuple[int, int], str] = {}
+    known = known or {}
+    found = []
+    for path, st in _sharable(tree):
+        try:
+            digest = known.get((st.st_dev, st.st_ino)) or digest_of(path)
+        except OSError:
+            continue
+        key = _content_key(digest, st)
+        found.append((path, st, digest, store / key[:2] / key))
+    targets = []
+    for *_, target in found:
+        with contextlib.suppress(OSError):
+            targets.append(os.lstat(target))
+    sealed = seals.known(targets) if seals is not None else {}
+    linked: dict[str | Path, tuple[os.stat_result, str]] = {}
+    for path, st, digest, target in found:
+        # By the inode the name holds after sharing: a replaced inode's number may be reused.
+        digests[(st.st_dev, st.st_ino)] = digest
+        try:
+            if target.exists() and _store_copy_is(target, digest, stat.S_IMODE(st.st_mode), sealed):
+                tmp = path.with_name(f".{path.name}.ft-link")
+                os.link(target, tmp)
+                os.replace(tmp, path)
+                del digests[(st.st_dev, st.st_ino)]
+                now = os.lstat(path)
+                digests[(now.st_dev, now.st_ino)] = digest
+                saved += st.st_size
+            else:
+                # None yet, or a damaged one (the environments holding it find it so themselves).
+                target.unlink(missing_ok=True)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(path, target)
+                now = os.lstat(target)
+            linked[target] = (now, digest)  # the link moved its change time: sealed as it is now
+            files += 1
+        except OSError:
+            continue  # another filesystem, a link limit: the copy stays
+    if seals is not None:
+        seals.seal(linked)
     return Shared(files, saved, digests)
 
 

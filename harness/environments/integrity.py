@@ -14,10 +14,11 @@ walked again (a ``stat`` per file: well under a second for a torch environment) 
 What ``os.utime`` can restore (the modification time) is not trusted alone: every write, rename,
 ``utime`` or ``chmod`` also moves the change time, which only the kernel sets, and a file replaced
 by another has another inode. Where any of these moved but the size and mode did not, the content
-is hashed and compared with the digest recorded at build; the same content is not damage (a hard
-link to the shared ``store/`` made or removed by another environment moves the change time of
-every name of the file), and the manifest then records the new times, so the next check is cheap
-again. A file edited, added, removed, re-linked or changed in mode is damage, named in the reason.
+is hashed and compared with the digest recorded at build (unless its seal vouches for it as it is
+now, ``seals.py``: a store copy another environment linked since); the same content is not damage
+(a hard link to the shared ``store/`` made or removed by another environment moves the change time
+of every name of the file), and the manifest then records the new times, so the next check is
+cheap again. A file edited, added, removed, re-linked or changed in mode is damage, named in the reason.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 MANIFEST = "manifest.json"
 #: Checks hold it shared, a change to a ready environment and its manifest (bytecode placed in) holds
@@ -46,6 +47,15 @@ FORMAT = 2
 SHOWN = 5
 #: (device, inode) -> digest: what a caller already hashed (``cache.share_files``), not hashed again.
 Known = Mapping[tuple[int, int], str]
+
+
+class Sealed(Protocol):
+    """Digests known by a file's identity and state (``seals.py``): asked before a moved file is hashed,
+    and told what a check verified of a file other environments hold too."""
+
+    def known(self, stats: Iterable[os.stat_result]) -> Known: ...
+
+    def seal(self, sealed: Mapping[str | Path, tuple[os.stat_result, str]]) -> None: ...
 
 
 class FileEntry(NamedTuple):
@@ -322,15 +332,17 @@ def add_files(env_dir: Path, added: Mapping[str, str]) -> None:
     _write(env_dir, manifest.tree, {**manifest.files, **entries}, manifest.links)
 
 
-def damage(env_dir: Path) -> list[str]:
+def damage(env_dir: Path, sealed: Sealed | None = None) -> list[str]:
     """What differs from the manifest ([] when nothing); a missing, unreadable or older manifest is
     damage. Where only times or inodes moved and the content is the same, the manifest is brought
-    up to date (nothing is damaged, and the next check need not hash those files again)."""
+    up to date (nothing is damaged, and the next check need not hash those files again). ``sealed``:
+    a moved file whose seal vouches for it as it is now (a store copy another environment linked
+    since) is not read."""
     with _manifest_locked(env_dir, fcntl.LOCK_SH):
-        return _damage(env_dir)
+        return _damage(env_dir, sealed)
 
 
-def _damage(env_dir: Path) -> list[str]:
+def _damage(env_dir: Path, sealed: Sealed | None = None) -> list[str]:
     manifest = _read(env_dir)
     if isinstance(manifest, str):
         return [manifest]
@@ -369,6 +381,19 @@ def _damage(env_dir: Path) -> list[str]:
     for rel in to_hash:
         if not stat.S_ISREG(found.files[rel].st_mode):
             moved[rel] = _entry(found.files[rel], manifest.files[rel].digest)
+    vouched = sealed.known(found.files[rel] for rel in regular) if sealed is not None and regular else {}
+    unread = []
+    for rel in regular:
+        st = found.files[rel]
+        digest = vouched.get((st.st_dev, st.st_ino))
+        if digest is None:
+            unread.append(rel)
+        elif digest != manifest.files[rel].digest:
+            problems[rel] = f"{tree / rel} was modified (its content differs from the build's)"
+        else:
+            moved[rel] = _entry(st, digest)
+    regular = unread
+    verified: dict[str | Path, tuple[os.stat_result, str]] = {}
     for rel, now in zip(regular, _digests([tree / rel for rel in regular]), strict=True):
         if isinstance(now, OSError):
             problems[rel] = f"{tree / rel} was modified (it cannot be read: {now.strerror})"
@@ -377,6 +402,11 @@ def _damage(env_dir: Path) -> list[str]:
             problems[rel] = f"{tree / rel} was modified (its {kind} differs from the build's)"
         else:
             moved[rel] = _entry(found.files[rel], now)
+            if sealed is not None and found.files[rel].st_nlink > 1:
+                # A file other environments hold too (the store's), verified as it is: its next reader need not.
+                verified[tree / rel] = (found.files[rel], now)
+    if sealed is not None and verified:
+        sealed.seal(verified)
     if moved and not problems:
         try:
             _write(env_dir, tree, {**manifest.files, **moved}, manifest.links)

@@ -8,19 +8,13 @@ marker exists, which is written last, so an interrupted build is never reused (i
 directory is wiped and rebuilt). A lock file per key keeps two runs from building
 the same environment at once.
 
-DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built
-without build isolation against it. Every ``deepspeed.init_distributed`` on a CPU
-accelerator loads its shared-memory comm op, which compiled just in time cost ~40 s in
-every new environment; so it is compiled ahead of time (``DS_BUILD_SHM_COMM=1``,
-DeepSpeed's own way to pre-install ops), once per distinct build, not once per release
-(``deepspeed_ops.py``): DeepSpeed is installed without ops (a pure-Python wheel, cached
-per (interpreter, torch, platform, accelerator) pair in a uv cache of its own, never the
-shared one, since it records the torch it was built against), then the op is placed in
-from the shared build of its key (its sources, builders, interpreter, torch, compiler,
-switches), or built by DeepSpeed's setup into this environment and kept as that key's
-build. Where it cannot be built ahead of time (no compiler, a release without the op)
-DeepSpeed stays as installed and compiles the op at first use, in the environment's own
-``TORCH_EXTENSIONS_DIR``, as before.
+DeepSpeed's setup imports torch, so torch goes in first and DeepSpeed is built without build
+isolation against it, without any op (``DS_BUILD_OPS=0``: a pure-Python wheel, cached per
+(interpreter, torch, platform, accelerator) pair in a uv cache of its own, never the shared one,
+since it records the torch it was built against). Its CPU shared-memory comm op, which every
+``deepspeed.init_distributed`` on a CPU would otherwise compile at first use (a minute or more on
+two cores), is not built at all: no item's training uses it, and the ranks start DeepSpeed's comm
+backend without it (``repros/runtime/deepspeed_comm.py``).
 
 No bytecode is compiled at build: what items import is compiled by their imports, once per
 (interpreter, source) across every environment, kept in the cache's store and placed into each
@@ -75,12 +69,13 @@ from harness.environments.cache import (
     share_files,
     write_size,
 )
-from harness.environments.deepspeed_ops import GraftFailed, built_op, graft, harvest, op_key, site_packages
 from harness.environments.index import IndexConfig
 from harness.environments.integrity import damage, describe, write_manifest
 from harness.environments.inventory import list_distributions
 from harness.environments.locks import DEFAULT_SIMPLE, Lock, ReleaseDates, resolve_lock
+from harness.environments.seals import Seals
 from harness.environments.specs import NEWEST, requirement
+from harness.environments.uv_sources import copied_from, known_digests
 
 #: Bump when the way environments are built changes, so old ones are not reused.
 #: 2: JIT ops live inside each environment. 3: DeepSpeed's comm op built ahead of time per pair.
@@ -90,27 +85,16 @@ from harness.environments.specs import NEWEST, requirement
 #:    (``deepspeed_ops.py``), compiled without debug information (``-g0`` now reaches C++).
 #: 7: no bytecode compiled at build: what items import, compiled once per (interpreter, source) by
 #:    the imports themselves, placed in from the store (``bytecode.py``); nothing run in it writes any.
+#: (DeepSpeed's comm op no longer built ahead of time changes nothing a 7 holds: an environment
+#: that has it is as good as one that has not: the ranks leave it unloaded unless asked.)
 RECIPE_VERSION = 7
-#: DeepSpeed ops compiled into the wheel (its setup's switches); every other op stays JIT.
-#: ``DS_ENABLE_NINJA``: the op's two sources compile at once (setup.py otherwise compiles
-#: pre-installed ops one file after the other).
-DEEPSPEED_PREBUILT_OPS = {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "DS_ENABLE_NINJA": "1"}
 #: DeepSpeed installed without any op compiled in.
 DEEPSPEED_NO_OPS = {"DS_BUILD_OPS": "0"}
-#: Appended to Python's own compile flags for the op: no debug information (Python's flags ask
-#: for ``-g``; over torch's headers it doubles the compile time, and the JIT build it replaces had
-#: none either). In both ``CFLAGS`` and ``CXXFLAGS``: setuptools >= 72 compiles C++ with
-#: ``CXXFLAGS`` alone (else Python's flags), and each replaces Python's flags where set.
-OP_DEBUG_FLAGS = "-g0"
 #: A floating request's lock, beside its venv: the constraints every install step honours.
 LOCK_FILE = "lock.txt"
 #: The packages a cell leaves out (``exclude_packages``), as uv's ``--excludes`` reads them.
 EXCLUDES_FILE = "excludes.txt"
 ENV_RECORD = "env.json"
-#: Python's compile flags and C++ compiler, as the environment's own interpreter has them.
-_COMPILE_FLAGS_PROBE = (
-    "import json, sysconfig; print(json.dumps([sysconfig.get_config_var(k) or '' for k in ('CFLAGS', 'CXX')]))"
-)
 UV_TIMEOUT_S = 1800
 
 
@@ -148,6 +132,9 @@ class UvEnvironments:
         self.max_gb = max_gb
         #: The environments this process may use: never evicted by another (``cache.Holds``).
         self.holds = Holds(self.cache_dir)
+        #: Digests verified once, by file identity: the store's copies, uv's cache (``seals.py``).
+        self.seals = Seals(self.cache_dir)
+        self._uv_cache_dir: Path | None = None
         self._uv_version: str | None = None
         self._pythons: dict[str, tuple[str, str]] = {}
         #: Release dates asked of the index while resolving as of a day (once per package per run).
@@ -165,6 +152,21 @@ class UvEnvironments:
             out = subprocess.run([self.uv, "--version"], capture_output=True, text=True, check=True)
             self._uv_version = out.stdout.strip()
         return self._uv_version
+
+    def uv_caches(self) -> list[Path]:
+        """Where uv keeps the wheels it copies into environments: its own cache (``uv cache dir``, as
+        the builds' environment names it) and each DeepSpeed pair's (``_install_deepspeed``)."""
+        if self._uv_cache_dir is None:
+            try:
+                out = subprocess.run(
+                    [self.uv, "cache", "dir"], capture_output=True, text=True, env=self.uv_environ(), check=False
+                )
+                found = out.stdout.strip() if out.returncode == 0 else ""
+            except OSError:
+                found = ""  # no uv cache to take digests from: every file is hashed
+            self._uv_cache_dir = Path(found) if found else Path()
+        pairs = sorted((self.cache_dir / "deepspeed-ops" / "wheels").glob("*"))
+        return [*([self._uv_cache_dir] if self._uv_cache_dir != Path() else []), *pairs]
 
     def find_python(self, request: str) -> tuple[str, str]:
         """The interpreter uv would use for ``request``: (path, full version)."""
@@ -276,11 +278,14 @@ class UvEnvironments:
                 site = site_packages(env.python)
                 if site is not None:
                     write_no_bytecode(site)  # nothing run in it from now on writes bytecode into it
-                shared = share_files(tree, self.cache_dir)
+                # What uv copied unchanged from its cache has that file's digest (hashed once, not per
+                # environment): sharing and the manifest hash only the rest (``uv_sources.py``).
+                known = known_digests(site, copied_from(site, self.uv_caches()), self.seals) if site else {}
+                shared = share_files(tree, self.cache_dir, known, self.seals)
                 steps["share"] = time.perf_counter() - started - sum(steps.values())
                 # The manifest reuses the digests sharing computed; then the bytecode other
                 # environments' items compiled from the same sources, listed in it as it is placed.
-                write_manifest(env_dir, tree, shared.digests)
+                write_manifest(env_dir, tree, {**known, **shared.digests})
                 steps["manifest"] = time.perf_counter() - started - sum(steps.values())
                 interpreter = interpreter_of(env.python, self.uv_environ())
                 placed = place(env_dir, self.bytecode_store, interpreter, ready=False) if interpreter else Placed(0)
@@ -298,7 +303,8 @@ class UvEnvironments:
                 (env_dir / ENV_RECORD).write_text(json.dumps(asdict(env), indent=1, sort_keys=True))
                 (env_dir / "key.json").write_text(json.dumps(self.key_material(request), indent=1, sort_keys=True))
                 write_size(env_dir)
-                (env_dir / "shared.json").write_text(json.dumps({**shared.counts(), "bytecode_placed": placed.files}))
+                counts = {**shared.counts(), "digests_known": len(known), "bytecode_placed": placed.files}
+                (env_dir / "shared.json").write_text(json.dumps(counts))
                 (env_dir / READY_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
             except EnvironmentUnavailable as exc:
                 shutil.rmtree(env_dir, ignore_errors=True)
@@ -348,7 +354,8 @@ class UvEnvironments:
             env = Environment(**{**{k: v for k, v in record.items() if k in known}, "reused": True, "build_s": 0.0})
         except TypeError as exc:
             return None, f"{ENV_RECORD} lacks a field ({exc})"
-        problems = damage(env_dir)  # first: a cache moved or copied names the original's files (integrity.moved)
+        # First: a cache moved or copied names the original's files (integrity.moved).
+        problems = damage(env_dir, self.seals)
         if problems:
             return None, describe(problems)
         if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
@@ -362,7 +369,7 @@ class UvEnvironments:
         if env.path is None:
             return []
         env_dir = Path(env.path)
-        problems = damage(env_dir)
+        problems = damage(env_dir, self.seals)
         if problems or env.interpreter is None or env.bytecode_store is None:
             return problems
         store = Path(env.bytecode_store)
@@ -482,7 +489,7 @@ class UvEnvironments:
         env_dir.mkdir(parents=True)
         log = env_dir / "build.log"
         venv = env_dir / "venv"
-        self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log)
+        cpu_s = self._uv(["venv", "--no-project", "--python", python_path, str(venv)], log) or 0.0
         python = str(venv / "bin" / "python")
         if request.exclude_packages:
             write_excludes(env_dir, request.exclude_packages)
@@ -497,15 +504,17 @@ class UvEnvironments:
             # build needs without isolation, and ninja, which it compiles with) first,
             # then build DeepSpeed against it.
             first = [requirement("torch", packages["torch"]), "setuptools", "wheel", "ninja"]
-            self._uv([*self._install_args(python, request), *first], log)
+            cpu_s += self._uv([*self._install_args(python, request), *first], log) or 0.0
             interpreter = interpreter_of(python, self.uv_environ())
             if interpreter is not None:  # DeepSpeed's setup imports torch: compiled once, not by every build
                 place_in_tree(venv, self.bytecode_store, interpreter)
             packages["torch"] = f"=={list_distributions(python).packages['torch']}"
             deepspeed_ops = self._install_deepspeed(python, request, packages, log)
+            spent = deepspeed_ops.get("cpu_s")
+            cpu_s += spent if isinstance(spent, (int, float)) else 0.0
         requirements = [requirement(name, spec) for name, spec in sorted(packages.items())]
         extra = ["--no-build-isolation-package", "deepspeed"] if "deepspeed" in packages else []
-        self._uv([*self._install_args(python, request), *extra, *requirements], log)
+        cpu_s += self._uv([*self._install_args(python, request), *extra, *requirements], log) or 0.0
         listing = list_distributions(python)
         present = sorted(set(request.exclude_packages) & set(listing.packages))
         if present:  # uv honours --excludes; this only guards against an installer that did not
@@ -521,10 +530,11 @@ class UvEnvironments:
             build_s=0.0,
             deepspeed_ops=deepspeed_ops,
             lock=request.lock,
+            build_cpu_s=round(cpu_s, 1),
         )
 
     def ops_pair_key(self, python: str, torch_version: str) -> str:
-        """What a DeepSpeed wheel built against torch (with or without ops) is only right for."""
+        """What a DeepSpeed wheel built against torch (without ops) is only right for."""
         material = {
             "python": python_identity(python),
             "torch": torch_version,
@@ -532,91 +542,31 @@ class UvEnvironments:
             # DeepSpeed picks its accelerator (and so which ops exist) from the host.
             "gpu_host": shutil.which("nvidia-smi") is not None,
             "uv": self.uv_version(),
-            "switches": DEEPSPEED_PREBUILT_OPS,
-            "flags": OP_DEBUG_FLAGS,
+            "switches": DEEPSPEED_NO_OPS,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-
-    def op_build_environ(self, python: str) -> tuple[dict[str, str], str]:
-        """The environment DeepSpeed's setup compiles the op in (the switches, Python's flags without
-        debug information, the venv's ninja on ``PATH``), and the compiler it will use."""
-        probe = subprocess.run(
-            [python, "-c", _COMPILE_FLAGS_PROBE],
-            capture_output=True,
-            text=True,
-            env=self.uv_environ(),
-            check=False,
-        )
-        try:
-            cflags, cxx = json.loads(probe.stdout)
-        except ValueError:
-            cflags, cxx = "", "c++"
-        flags = f"{cflags} {OP_DEBUG_FLAGS}".strip()
-        compiler = os.environ.get("CXX") or cxx or "c++"
-        try:
-            version = subprocess.run(
-                [compiler.split()[0], "--version"], capture_output=True, text=True, check=False, timeout=60
-            ).stdout.splitlines()
-        except (OSError, subprocess.TimeoutExpired):
-            version = []
-        path = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        environ = {**DEEPSPEED_PREBUILT_OPS, "CFLAGS": flags, "CXXFLAGS": flags, "PATH": path}
-        return environ, f"{compiler}: {version[0] if version else '?'}"
 
     def _install_deepspeed(
         self, python: str, request: EnvRequest, packages: dict[str, str], log: Path
     ) -> dict[str, object]:
-        """DeepSpeed without ops (its pair's wheel), then its comm op: placed in from the shared build
-        of its key, or built by DeepSpeed's setup here and kept as that key's build."""
+        """DeepSpeed without ops, from its pair's wheel (built by DeepSpeed's setup the first time the
+        pair meets the release). Its comm op is not built (``repros/runtime/deepspeed_comm.py``)."""
         pair = self.ops_pair_key(python, packages["torch"].lstrip("="))
         started = time.perf_counter()
         install = [*self._install_args(python, request), "--no-deps", "--no-build-isolation-package", "deepspeed"]
-        spec = requirement("deepspeed", packages["deepspeed"])
         wheels = self.cache_dir / "deepspeed-ops" / "wheels" / pair
-        found: dict[str, object] = {"prebuilt": [], "pair": pair}
-
-        def done(**extra: object) -> dict[str, object]:
-            return {**found, **extra, "seconds": round(time.perf_counter() - started, 1)}
-
+        found: dict[str, object] = {"pair": pair, "prebuilt": []}
         try:
-            self._uv([*install, "--cache-dir", str(wheels), spec], log, extra_env=DEEPSPEED_NO_OPS)
+            cpu_s = self._uv(
+                [*install, "--cache-dir", str(wheels), requirement("deepspeed", packages["deepspeed"])],
+                log,
+                extra_env=DEEPSPEED_NO_OPS,
+            )
+            found["cpu_s"] = round(cpu_s, 1) if cpu_s is not None else None
         except EnvironmentUnavailable as exc:
-            return done(why=exc.reason)  # installed plainly by the main step; its ops compile at first use
-        site = site_packages(python)
-        environ, compiler = self.op_build_environ(python)
-        key = op_key(site, pair, compiler) if site is not None else None
-        if site is None or key is None:
-            return done(why="this release has no shm comm op to build ahead of time")
-        found["op_key"] = key
-        op_dir = self.cache_dir / "deepspeed-ops" / "shm" / key
-        op_dir.parent.mkdir(parents=True, exist_ok=True)
-        with flock_current(op_dir.with_name(f"{key}.lock"), fcntl.LOCK_EX) as fh:
-            try:
-                if built_op(op_dir):
-                    try:
-                        graft(site, op_dir)
-                        return done(prebuilt=prebuilt_ops(python), op="shared")
-                    except GraftFailed as exc:
-                        return done(why=f"the shared build of its comm op could not be placed: {exc}")
-                compile_started = time.perf_counter()
-                try:
-                    # DeepSpeed's own setup with the op, over the install without; a throwaway uv
-                    # cache, so that the pair's cache keeps only wheels without ops.
-                    cpu_s = self._uv(
-                        [*install, "--reinstall-package", "deepspeed", "--no-cache", spec], log, extra_env=environ
-                    )
-                except EnvironmentUnavailable as exc:
-                    return done(why=exc.reason)  # as installed without ops: the op compiles at first use
-                harvest(site, op_dir)
-                if cpu_s is not None:
-                    found["op_build_cpu_s"] = round(cpu_s, 1)  # uv's and the compiler's, all cores
-                return done(
-                    prebuilt=prebuilt_ops(python),
-                    op="built",
-                    op_build_s=round(time.perf_counter() - compile_started, 1),
-                )
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+            found["why"] = exc.reason  # installed plainly by the main step
+        found["seconds"] = round(time.perf_counter() - started, 1)
+        return found
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -674,17 +624,10 @@ def python_identity(python: str) -> str:
         return str(Path(python).resolve())
 
 
-_INSTALLED_OP = re.compile(r"'(?P<op>[\w]+)':\s*(?:True|1)\b")
-
-
-def prebuilt_ops(python: str) -> list[str]:
-    """The ops DeepSpeed's setup compiled into this environment (its ``installed_ops``)."""
-    venv = Path(python).parent.parent
-    for info in venv.glob("lib/python*/site-packages/deepspeed/git_version_info_installed.py"):
-        for line in info.read_text().splitlines():
-            if line.startswith("installed_ops"):
-                return sorted(m["op"] for m in _INSTALLED_OP.finditer(line))
-    return []
+def site_packages(python: str) -> Path | None:
+    """The venv's ``site-packages`` (``python`` is ``<venv>/bin/python``)."""
+    found = sorted(Path(python).parent.parent.glob("lib/python*/site-packages"))
+    return found[0] if found else None
 
 
 class UvProvider:

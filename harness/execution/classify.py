@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from harness.core.json import JsonValue
 from harness.execution.launchers.result import LaunchResult
 from harness.records.rank import RankRecord
+from repros.runtime import patterns
 from repros.runtime.outcomes import Outcome
 from repros.runtime.patterns import PatternRunaway
 from repros.runtime.spec import ReproSpec
@@ -52,6 +53,8 @@ class ErrorInfo:
     message: str
     rank: int | None
     traceback: str | None = None
+    #: What the type is a kind of (its base classes, qualified), where the rank said.
+    bases: tuple[str, ...] = ()
 
     @property
     def first_line(self) -> str:
@@ -159,6 +162,7 @@ def _errors(launch: LaunchResult) -> list[tuple[int, ErrorInfo, RankRecord]]:
             message=error.message if error else "the rank recorded an error but not what it was",
             rank=rank,
             traceback=error.traceback if error else None,
+            bases=tuple(error.bases) if error else (),
         )
         found.append((rank, info, rec))
     return found
@@ -225,6 +229,43 @@ def _stack_failed(errors: list[tuple[int, ErrorInfo, RankRecord]]) -> Observatio
     return None
 
 
+def _searched(pattern: str, message: str) -> bool:
+    try:
+        return bool(patterns.search(pattern, message))
+    except PatternRunaway:
+        return False
+
+
+def different_error_hints(spec: ReproSpec, error: ErrorInfo) -> tuple[str, ...]:
+    """Why an error is not the declared one, where a signature nearly matched: its message matched but
+    the type was written otherwise (a base class of it, most often), or its type matched but not its
+    message; or, where nothing came near, that the declared error never appeared."""
+    hints = []
+    raised = f"{error.type}: {error.first_line[:120]}"
+    for sig in spec.signatures:
+        declared = (sig.exception, *sig.aliases)
+        if error.type in declared:
+            if not _searched(sig.pattern, error.message):
+                hints.append(
+                    f"{error.type} was raised as {sig.id} declares, but its message does not match "
+                    f"the pattern {sig.pattern!r}: {error.first_line[:120]}"
+                )
+        elif _searched(sig.pattern, error.message):
+            kind = next((f"a subclass of the declared {d}" for d in declared if d in error.bases), None)
+            hints.append(
+                f"the message matches {sig.id}'s pattern, but the error is {error.type}"
+                + (
+                    f", {kind}: declare the type as the traceback prints it, {error.type}"
+                    if kind
+                    else f", not the declared {sig.exception}"
+                )
+            )
+    if hints:
+        return tuple(hints)
+    declared_errors = " or ".join(f"{s.exception} matching {s.pattern!r}" for s in spec.signatures[:3])
+    return (f"the declared error ({declared_errors}) never appeared: rank {error.rank} raised {raised}",)
+
+
 def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
     ended = _unobserved(launch)
     if ended is not None:
@@ -242,7 +283,7 @@ def classify(mode: str, spec: ReproSpec, launch: LaunchResult) -> Observation:
         if stack is not None:
             return stack
         if mode == "bug":
-            return Observation(DIFFERENT_ERROR, error=errors[0][1])
+            return Observation(DIFFERENT_ERROR, error=errors[0][1], reasons=different_error_hints(spec, errors[0][1]))
         return Observation(FAIL, error=errors[0][1], reasons=(f"rank {errors[0][0]} raised {errors[0][1].type}",))
     ended = _ended_without_record(launch)
     if ended is not None:

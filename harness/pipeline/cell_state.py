@@ -17,6 +17,7 @@ def cell_meta(cell: Cell, resolved: Resolved) -> CellMeta:
         provider=env.provider,
         reused=env.reused,
         build_s=env.build_s,
+        **({"build_cpu_s": env.build_cpu_s} if not env.reused and env.build_cpu_s is not None else {}),
         python=env.python_version,
         requested=cell.packages,
         packages=env.packages,

@@ -2,7 +2,7 @@
 its environment is: the first cell's items do not wait for the last cell's build.
 
 Builds run on threads of their own, one at a time on a small machine (a build takes every core it
-can: DeepSpeed's op compile, uv's copies, hashing) and side by side on a bigger one (one per
+can: DeepSpeed's setup, uv's copies, hashing) and side by side on a bigger one (one per
 ``CORES_PER_BUILD`` cores). They share the cores with the items of the cells already ready: on a
 small machine the builds, not the items, are what a cold run waits for at the end.
 
@@ -60,9 +60,9 @@ def _request(cell: Cell) -> tuple[object, ...]:
     )
 
 
-def _op_group(cell: Cell) -> tuple[object, ...] | None:
-    """What a cell's DeepSpeed comm op is expected to be shared by (its DeepSpeed and torch, its
-    Python); None where it has no DeepSpeed to build an op for."""
+def _deepspeed_wheel(cell: Cell) -> tuple[object, ...] | None:
+    """What a cell's DeepSpeed wheel (built by DeepSpeed's setup against torch) is shared by: its
+    DeepSpeed and torch, its Python; None where it has no DeepSpeed to build."""
     if cell.packages.get("deepspeed") is None:
         return None
     return (cell.packages.get("deepspeed"), cell.packages.get("torch"), cell.python)
@@ -71,24 +71,24 @@ def _op_group(cell: Cell) -> tuple[object, ...] | None:
 def build_order(cells: Sequence[Cell], cached: Callable[[Cell], bool], items: Mapping[str, int]) -> list[Cell]:
     """``cells`` in the order their environments are made ready. Those ready already come first (a
     check each), the cell with the most items first. Then the builds: the first is the cheapest, a
-    build whose DeepSpeed comm op an earlier cell compiled (or without DeepSpeed) before one that
-    compiles its own, so that the first result comes soonest; after it, a cell whose environment an
-    earlier cell's is comes at once, and the others by their items, most first: each distinct op is
-    compiled once whatever the order, and a cell with many items keeps the machine busy while the
+    build whose DeepSpeed wheel an earlier cell built (or without DeepSpeed) before one that builds
+    its own, so that the first result comes soonest; after it, a cell whose environment an earlier
+    cell's is comes at once, and the others by their items, most first: each distinct wheel is
+    built once whatever the order, and a cell with many items keeps the machine busy while the
     next environments are built (few items last: the run does not end waiting for a long build).
     Plan order among equals."""
     ready = sorted((c for c in cells if cached(c)), key=lambda c: -items.get(c.name, 0))
     ordered = list(ready)
     requests = {_request(c) for c in ready}
-    ops = {_op_group(c) for c in ready}
+    wheels = {_deepspeed_wheel(c) for c in ready}
     rest = [c for c in cells if c not in ready]
     while rest:
 
         def cost(cell: Cell) -> int:
             if _request(cell) in requests:
                 return 0  # the environment of a cell before it
-            group = _op_group(cell)
-            return 1 if group is None or group in ops else 2  # 2: compiles its op
+            group = _deepspeed_wheel(cell)
+            return 1 if group is None or group in wheels else 2  # 2: builds its DeepSpeed wheel
 
         first_build = len(ordered) == len(ready)
         pick = min(
@@ -98,7 +98,7 @@ def build_order(cells: Sequence[Cell], cached: Callable[[Cell], bool], items: Ma
         rest.remove(pick)
         ordered.append(pick)
         requests.add(_request(pick))
-        ops.add(_op_group(pick))
+        wheels.add(_deepspeed_wheel(pick))
     return ordered
 
 

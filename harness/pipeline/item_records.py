@@ -163,6 +163,7 @@ def item_record(
             "backend": first.backend if first else None,
             "figures": summarise(records),
             "wall_s": round(launch.wall_s, 3),
+            "cpu_s": round(sum(r.cpu_s for r in records if r.cpu_s), 3) if any(r.cpu_s for r in records) else None,
             "error": error_summary(error.type, error.message, error.rank, error.traceback) if error else None,
             "reasons": [*observation.reasons, *as_run],
             "guards": guards,

@@ -23,7 +23,7 @@ from harness.execution.launchers.result import LaunchResult
 from harness.pipeline.executors.base import ItemJob
 from harness.pipeline.item_records import item_device, item_record, unobserved_record, versions_seen
 from harness.planning.items import PlannedItem
-from harness.records.item import ItemId, ItemRecord
+from harness.records.item import FIXED_TRAINER, OWN_WORKAROUND, ItemId, ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import utc_now
 from repros.runtime.outcomes import Outcome
@@ -127,6 +127,8 @@ def _observe(
     versions = {**env.packages, **versions_seen(env, launch)[0]}
     device = item_device(launch) or ("cuda" if gpus else "cpu")
     launched: JsonObject = {"model": item.cell.model}
+    if item.mode == "fixed" and not item.runs_as_written:
+        launched["workaround"] = OWN_WORKAROUND if repro.spec.pass_rule == "clean-exit" else FIXED_TRAINER
     if launch.fallback_reason:
         launched["launcher_fallback"] = launch.fallback_reason
     if gpus:

@@ -12,10 +12,12 @@ It starts with the program the user ran (``ft-regress``, or ``python -m harness`
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.config.locate import DEFAULT_MATRIX_NAME
 from harness.config.matrix import Cell
 from harness.core.as_of import as_of_value
 from harness.core.invocation import program
@@ -116,15 +118,23 @@ def repro_command(opts: RunOptions, item: PlannedItem, env: Environment | None =
     )
 
 
-def selection_command(opts: RunOptions, cells: Sequence[str], repros: Sequence[str], *more: str) -> str:
-    """One command that runs these repros in these cells, as this run did (``established_by``)."""
-    args = [*program(), "run", *more, "--matrix", str(opts.matrix.path), "--cells", ",".join(cells)]
-    args += ["--repros", ",".join(repros)]
+def selection_command(opts: RunOptions, cells: Sequence[str], repros: Sequence[str], cwd: Path | None = None) -> str:
+    """The command that runs these repros in these cells as this run did, as the user would type it
+    where they ran it (``cwd``): the program they ran, paths relative to that directory, the matrix
+    only where it is not the one found there, a repro directory only where the matrix does not name
+    it (``established_by``)."""
+    here = (cwd or Path.cwd()).resolve()
+    args = [*program(), "run"]
+    if opts.matrix.path.resolve() != (here / DEFAULT_MATRIX_NAME).resolve():
+        args += ["--matrix", os.path.relpath(opts.matrix.path, here)]
+    args += ["--cells", ",".join(cells), "--repros", ",".join(repros)]
     args += opts.stack.flags()
     modules = [opts.discovery.repros[r].module for r in repros if r in opts.discovery.repros]
     dirs: list[Path] = [Path(d).resolve() for d in opts.selection.repros_dirs]
     for module in modules:
         dirs = repro_dirs_for(dirs, module)
+    found_anyway = {Path(d).resolve() for d in opts.matrix.repros_dirs}
     for directory in dirs:
-        args += ["--repros-dir", str(directory)]
+        if directory not in found_anyway:
+            args += ["--repros-dir", os.path.relpath(directory, here)]
     return shlex.join(args)

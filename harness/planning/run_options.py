@@ -344,4 +344,5 @@ def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None
     given = check_repros_dirs(repros_dirs)
     path = find_matrix(matrix, cwd)
     discovery = discover([*given, *declared_repros_dirs(path)])
-    return load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES), discovery
+    loaded = load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES, broken=discovery.broken)
+    return loaded, discovery

@@ -46,6 +46,8 @@ class BisectReport(BaseModel):
     run_id: str
     repro: str
     mode: str
+    #: The matrix cell whose other packages every step holds.
+    base_cell: str | None = None
     axis: str
     package: str | None
     good: str

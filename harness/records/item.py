@@ -25,6 +25,9 @@ from repros.runtime.outcomes import UNOBSERVED, Outcome
 
 #: The record layout this harness writes; a record of another version is refused, not guessed at.
 SCHEMA_VERSION = 1
+#: ``workaround``'s values: the fixed trainer ran, or the repro's own workaround did.
+FIXED_TRAINER = "fixed trainer"
+OWN_WORKAROUND = "own"
 KNOWN_SCHEMA_VERSIONS = (1,)
 #: The fields without which a line is not a record at all.
 IDENTITY_FIELDS = ("schema_version", "cell", "repro", "mode", "outcome")
@@ -197,6 +200,10 @@ class ItemRecord(BaseModel):
     #: Explored (``run --explore``, or a repro with no expectation for the mode): the observation
     #: is a finding, reported per cell, never a missed expectation (unless nothing was observed).
     explored: bool = False
+    #: In fixed mode, what ran: ``fixed trainer`` (the harness's guards over the documented scenario) or
+    #: ``own`` (the repro's own workaround: a script repro's ``fixed`` command, which measures no steps
+    #: and applies no guard). None in other modes, and in records written before it was kept.
+    workaround: str | None = None
     #: The matrix cell a pinned or bisected cell was derived from (``--pin``, ``bisect``).
     cell_origin: str | None = None
     #: The tracked packages' versions (and Python's) as rank 0 imported them.
@@ -237,6 +244,8 @@ class ItemRecord(BaseModel):
     #: trajectories (loss, gradient norm, optimizer steps), the closest call, the seed and steps.
     crosscheck: dict[str, JsonValue] | None = None
     wall_s: float
+    #: The CPU seconds its ranks used, all together (what the item's work took of the machine).
+    cpu_s: float | None = None
     #: Seconds from the launch to the first training step of the slowest rank (where every rank trained).
     to_training_s: float | None = None
     #: Seconds from the first step to the last (every rank's), where every rank trained: the item's

@@ -31,6 +31,8 @@ class _Read(BaseModel):
 class RankError(_Read):
     #: The exception's qualified type (``torch.utils.checkpoint.CheckpointError``).
     type: str
+    #: What it is a kind of: each base class, qualified as ``type`` is (``ValueError``...).
+    bases: list[str] = Field(default_factory=list)
     message: str = ""
     traceback: str | None = None
     #: Each signature's own checks, judged in the rank where their code is (a user's repro).
@@ -108,11 +110,16 @@ class RankRecord(_Read):
     measures: dict[str, Measured] = Field(default_factory=dict)
     warmup_steps: int = 0
     wall_s: float | None = None
+    #: The CPU seconds the rank (and the children it waited for) used.
+    cpu_s: float | None = None
     #: What the repro recorded (``ctx.facts``).
     facts: dict[str, JsonValue] = Field(default_factory=dict)
     #: Who its code was told it is as it ended, where the rank said (a repro's own settings may
     #: have told it another rank or world than it was launched as).
     ran_as: RanAs | None = None
+    #: What became of DeepSpeed's CPU shared-memory comm op where its comm backend started (left
+    #: unbuilt: no training uses it; ``repros/runtime/deepspeed_comm.py``); None where it never did.
+    deepspeed_shm_comm: str | None = None
 
     @field_validator("ran_as", mode="before")
     @classmethod

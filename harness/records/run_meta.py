@@ -64,6 +64,8 @@ class CellMeta(_Meta):
     provider: str | None = None
     reused: bool | None = None
     build_s: float | None = None
+    #: Where it was built by this run: the CPU seconds its installer used (downloads, installs).
+    build_cpu_s: float | None = None
     python: str | None = None
     #: Every installed distribution and its version.
     packages: dict[str, str] = Field(default_factory=dict)
@@ -75,7 +77,7 @@ class CellMeta(_Meta):
     lock: list[str] = Field(default_factory=list)
     #: How the floating specs were resolved: as of, the seconds it took, what was exempted or capped.
     resolution: dict[str, JsonValue] | None = None
-    #: Its pre-imported worker: seconds to ready, imports, the comm op load (``run.json`` only).
+    #: Its pre-imported worker: seconds to ready, its imports and their CPU seconds (``run.json`` only).
     worker: dict[str, JsonValue] | None = None
 
 

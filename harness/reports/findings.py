@@ -91,6 +91,8 @@ class Finding:
             elif record.reasons:
                 line += f" - {record.reasons[0].splitlines()[0][:160] if record.reasons[0] else ''}"
             out.append(line)
+            if record.outcome == Outcome.DIFFERENT_ERROR:
+                out += [f"    hint: {reason}" for reason in record.reasons]  # how it missed the declared error
         outcomes = {r.outcome for r in self.records if r.outcome not in UNOBSERVED}
         if len(outcomes) > 1:
             out.append(f"  the cells differ in: {', '.join(varying) or 'no package version (see run.json)'}")

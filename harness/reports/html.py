@@ -32,12 +32,13 @@ from harness import __version__
 from harness.core.names import natural_key
 from harness.core.text import plain
 from harness.records.changes import VERDICTS, Change
-from harness.records.item import ItemRecord, counts_text
+from harness.records.item import OWN_WORKAROUND, ItemRecord, counts_text
 from harness.records.results import Records, torn_line
 from harness.records.run_meta import CellMeta, ExcludedItem, RunMeta
 from harness.reports.changes_summary import culprit_text, headline, moved_text
 from harness.reports.cost_table import entries as cost_entries
 from harness.reports.crosscheck_table import cell_label, crosscheck_records, crosscheck_table, divergence_text
+from harness.reports.findings import findings_lines
 from harness.reports.finished import FinishedRun
 from harness.reports.grid_tables import changes_between_cells as grid_changes
 from harness.reports.grid_tables import new_failures as grid_new_failures
@@ -463,14 +464,17 @@ def report_parts(
     """The page of ``render_report``, in the pieces it is rendered in (written as they come).
     ``notes``: what reading the run's results said (an item recorded twice, counted once)."""
     cells, table = _matrix(records, meta.excluded, meta.planned, finished=meta.finished_at is not None)
-    priced, unpriced = guard_costs(records)
+    # The fixed trainer's items: a repro's own workaround (a script's fixed command) measures no steps
+    # and applies no guard, so neither the trainer's figures nor the guards' cost speak of it.
+    trainer = [r for r in records if r.workaround != OWN_WORKAROUND]
+    priced, unpriced = guard_costs(trainer)
     costs = cost_entries([records]) if any(r.variant for r in records) else []
     grid_cells, grid_rows = grid_table(records) if any(r.scenario for r in records) else ([], [])
     crosscheck_cells, crosscheck_rows = crosscheck_table(records)
     diverged = [r for r in crosscheck_records(records) if r.outcome == Outcome.DIVERGES]
     crosscheck_plots = [(r, Markup(p) if (p := divergence_plot(r)) else None) for r in diverged[:PLOT_ITEMS]]
     script = static_text("report.js")
-    fixed = [r for r in records if r.mode == "fixed"]
+    fixed = [r for r in trainer if r.mode == "fixed"]
     history_keys = history_items(list(history))
     plots = {
         "fixed": fixed_trainer_plot(fixed[:PLOT_ITEMS]),
@@ -521,6 +525,8 @@ def report_parts(
         data=_json_block(data),
         mismatches=[(i, r) for i, r in enumerate(records) if r.counts_against],
         explored=[(i, r) for i, r in enumerate(records) if r.is_finding and not r.matched],
+        findings=findings_lines(records, meta.cells)[1:],
+        fixed_trainer_items=len(fixed),
         matched=sum(1 for r in records if r.matched),
         unrun=sum(1 for _, _, entries in table for e in entries if e.kind == "not-run"),
         cell_versions=_cell_versions(records, meta),

@@ -4,7 +4,10 @@ for a log that has no live bar (``pace_text``)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from rich.console import Console
@@ -25,6 +28,8 @@ from harness.records.item import ItemRecord, counts_text
 PACE_MIN_ITEMS = 10
 PACE_EVERY_ITEMS = 10
 PACE_EVERY_S = 60.0
+#: A long step (an environment's build) says it is still under way this often.
+STILL_EVERY_S = 30.0
 
 
 def progress_line(record: ItemRecord) -> str:
@@ -73,6 +78,26 @@ def _duration(seconds: float) -> str:
         return f"{minutes}m{seconds:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+@contextmanager
+def still_under_way(say: Callable[[str], None], what: str, every_s: float = STILL_EVERY_S) -> Iterator[None]:
+    """While the block runs, say every ``every_s`` seconds that ``what`` is still under way and for how
+    long (a build of minutes is never silent)."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tell() -> None:
+        while not done.wait(every_s):
+            say(f"  ... {what}: {_duration(time.monotonic() - started)} so far")
+
+    teller = threading.Thread(target=tell, name="still-under-way", daemon=True)
+    teller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        teller.join()
 
 
 class RunProgress:

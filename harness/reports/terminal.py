@@ -138,10 +138,20 @@ def print_summary(console: Console, records: Sequence[ItemRecord], excluded: Seq
         for reason in rec.reasons:
             console.print(plain(f"    {reason.splitlines()[0] if reason else ''}"), highlight=False, markup=False)
         console.print(plain(f"    rerun: {rec.repro_cmd}"), highlight=False, markup=False)
-    matched = sum(1 for r in records if r.matched)
+    console.print(counts_line(records), highlight=False)
+
+
+def counts_line(records: Sequence[ItemRecord]) -> str:
+    """How a run's items ended, in one line: how many of those checked against an expectation matched
+    it, and how many were explored (what they observed is the finding: no expectation to miss)."""
     explored = sum(1 for r in records if r.is_finding and not r.matched)
+    checked = len(records) - explored
+    matched = sum(1 for r in records if r.matched)
     flaky = sum(1 for r in records if r.outcome == Outcome.FLAKY)
-    said = f"{matched} of {len(records)} items matched their expectation"
-    said += f"; {explored} explored" if explored else ""
-    said += f"; {flaky} flaky (their attempts disagreed)" if flaky else ""
-    console.print(said, highlight=False)
+    said = [f"{matched} of {checked} items matched their expectation"] if checked or not records else []
+    if explored:
+        items = "items" if explored != 1 else "item"
+        said.append(f"{explored} {items} explored (observations, not checked against expectations)")
+    if flaky:
+        said.append(f"{flaky} flaky (their attempts disagreed)")
+    return "; ".join(said)

@@ -5,7 +5,7 @@
 A bare ``torchrun`` of one item spends most of its wall importing torch, transformers,
 peft and deepspeed in every rank (about 17 s a rank here) against under a second of
 training steps. This server, started once per cell in the cell's interpreter, imports
-them (and loads DeepSpeed's JIT comm op) once and then serves items:
+them once (DeepSpeed's CPU shm comm op left unbuilt: ``deepspeed_comm.py``) and then serves items:
 
 * a request (one JSON line on stdin) names the repro module, mode, world size and item
   directory;
@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from repros.runtime.bytecode import keep_compiled
+from repros.runtime.deepspeed_comm import forget, leave_unbuilt, recorded, wanted
 from repros.runtime.lifeline import become_subreaper, children, join_cgroup, kill_cgroup, kill_descendants
+from repros.runtime.rank_main import cpu_seconds
 from repros.runtime.record import open_log
 
 #: What a rank of any built-in repro imports; each is imported once, here, and a
@@ -221,15 +223,13 @@ def preload(modules: list[str]) -> tuple[dict[str, float], dict[str, str], dict[
 
 
 def warm_deepspeed_comm_op() -> dict[str, Any]:
-    """Load (JIT-building on first use) the comm op every DeepSpeed launch loads.
-
-    ``deepspeed.comm``'s TorchBackend loads its shared-memory comm op at every
-    ``init_distributed`` on a CPU accelerator; DeepSpeed keeps loaded ops in a class
-    cache, so forks of this process find it loaded instead of each running the JIT's
-    up-to-date check (or, on first use, its ~40 s build).
-    """
+    """Where the op is wanted (``FT_REGRESS_DEEPSPEED_SHM_COMM=build``): load it (DeepSpeed builds it
+    on first use) here, once, so that forks find it loaded in DeepSpeed's class cache instead of each
+    running the JIT's up-to-date check. Otherwise nothing: no item's training uses it."""
     if "deepspeed" not in sys.modules:
         return {}
+    if not wanted():
+        return {"op": None, "why": "left unbuilt: no item's training uses it"}
     if cuda_present():
         # The op is the CPU accelerator's; on CUDA DeepSpeed uses NCCL and building it would only
         # risk the worker's CUDA staying unspoiled.
@@ -243,7 +243,9 @@ def warm_deepspeed_comm_op() -> dict[str, Any]:
         op = build_shm_op()
     except BaseException as exc:  # noqa: BLE001 - the items will meet it and report it
         return {"error": f"{type(exc).__name__}: {exc}", "seconds": round(time.perf_counter() - started, 3)}
-    return {"op": getattr(op, "__name__", None), "seconds": round(time.perf_counter() - started, 3)}
+    said = {"op": getattr(op, "__name__", None), "seconds": round(time.perf_counter() - started, 3), **recorded()}
+    forget()  # each fork's rank says it itself, where its own comm backend asks for the op
+    return said
 
 
 def fork_hazards() -> list[str]:
@@ -444,6 +446,7 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
     started = time.perf_counter()
     # What the imports compile is kept for the environment's next starts (and its ranks inherit it).
     keep_compiled()
+    leave_unbuilt()  # before DeepSpeed is imported: its forks start their comm backend without the op
     took, failed, deferred = preload(modules)
     comm_op = warm_deepspeed_comm_op()
     _reply(
@@ -453,6 +456,7 @@ def serve(reply_fd: int, modules: list[str], entry: str = RANK_ENTRY) -> int:
             "pid": os.getpid(),
             "python": sys.executable,
             "import_s": round(time.perf_counter() - started, 3),
+            "cpu_s": cpu_seconds(),  # the imports' work, done once for the cell's items
             "preloaded": took,
             "failed": failed,
             "deferred": deferred,

@@ -12,22 +12,28 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from repros.runtime.kinds import kind_of
-from repros.runtime.kinds.script import DeclarationError
+from repros.runtime.kinds.script import DeclarationError, declared_id
 from repros.runtime.spec import spec_to_data
 
 
 def describe(path: str) -> dict[str, object]:
-    from pathlib import Path
-
     kind = kind_of(Path(path))
     if kind is None:
         return {"ok": False, "error": "declares no repro"}
     try:
         loaded = kind.load(path)
     except DeclarationError as exc:
-        return {"ok": False, "error": f"is not a usable repro declaration: {exc}"}
+        # The loader's own words, in parts, and the id the file means to declare: a matrix that names
+        # it is told what is wrong with the file rather than that no such repro exists.
+        return {
+            "ok": False,
+            "error": f"is not a usable repro declaration: {exc}",
+            "declaration_error": exc.parts,
+            "declared_id": declared_id(Path(path)),
+        }
     except BaseException as exc:  # noqa: BLE001 - a user's file may fail in any way
         return {
             "ok": False,

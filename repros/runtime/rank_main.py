@@ -18,6 +18,7 @@ import faulthandler
 import json
 import os
 import platform
+import resource
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Any
 
 from repros.runtime.bytecode import keep_compiled
 from repros.runtime.context import Meters, RankContext, imported_versions, installed_versions
+from repros.runtime.deepspeed_comm import leave_unbuilt, recorded
 from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
@@ -40,12 +42,21 @@ from repros.runtime.stack_failure import stack_failure
 PROCESS_GROUP_TIMEOUT_S = 900
 
 
+def cpu_seconds() -> float:
+    """The CPU seconds this process (since it started, or was forked) and its waited-for children used."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime, 3)
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _qualified_name(exc: BaseException) -> str:
-    cls = type(exc)
+    return _qualified_name_of(type(exc))
+
+
+def _qualified_name_of(cls: type) -> str:
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
@@ -114,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     # outlives its launcher, even when the orchestrator above it is killed.
     die_with_parent(os.getppid())
     keep_compiled()  # what this rank's imports compile, kept for the environment (done where forked)
+    leave_unbuilt()  # DeepSpeed's CPU shm comm op: no training uses it (done where forked too)
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -194,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         record["status"] = "error"
         record["error"] = {
             "type": _qualified_name(exc),
+            # What it is a kind of, each base as a traceback would name it: a declaration that names
+            # a base class is told so.
+            "bases": [_qualified_name_of(base) for base in type(exc).__mro__[1:] if base is not object],
             "message": str(exc),
             "traceback": traceback.format_exc(),
             # A package that does not import, or one the cell lacks: the stack's failure, not the
@@ -215,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             record["training_ended_at"] = ctx.meters.training_ended_at
         # What this rank imported (or would import, by its own sys.path): the record's versions.
         record["versions_imported"] = imported_versions()
+        record.update(recorded())  # what became of DeepSpeed's shm comm op, where its comm backend asked
         record["wall_s"] = time.perf_counter() - started
+        record["cpu_s"] = cpu_seconds()  # the work it did (and its children), whatever shared its cores
         record["finished_at"] = _now()
         record["ran_as"] = ran_as()  # who its code was told it is, which its own settings may change
         write_rank_record(item_dir, rank, record)

@@ -278,3 +278,13 @@ def test_explain_from_a_file_with_versions_and_costs_and_from_stdin(tmp_path: Pa
     assert "F4 (F4.keyerror-peft-name)" in near.stdout
     missing = explain_cli(str(tmp_path / "nope.log"), cwd=tmp_path)
     assert missing.returncode == 2 and "nope.log: LOG: no such file" in missing.stderr
+
+
+def test_the_commands_that_established_a_range_name_the_program_the_user_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.analysis.explain.match import measured_lines
+
+    spec = discover().repros["F10"].spec
+    monkeypatch.setattr(sys, "argv", ["/home/me/.local/bin/ft-regress", "explain", "rank0.log"])
+    lines = [line for line in measured_lines(spec) if line.startswith("established by:")]
+    assert lines and all("python -m harness" not in line for line in lines)
+    assert any("ft-regress run --matrix" in line and "ft-regress bisect" in line for line in lines), lines

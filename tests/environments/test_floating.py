@@ -240,7 +240,6 @@ def test_every_install_of_a_floating_environment_is_held_to_its_lock(tmp_path: P
 
     installed = {"peft": "0.15.2", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"}
     monkeypatch.setattr(uv_module, "list_distributions", lambda python: Listing("3.11.7", dict(installed)))
-    monkeypatch.setattr(uv_module, "prebuilt_ops", lambda python: [])
     request = EnvRequest(
         packages={"torch": "==2.13.0", "deepspeed": "*", "peft": "*"},
         python="3.11",

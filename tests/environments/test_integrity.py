@@ -53,12 +53,7 @@ class RealTreeBuilds(FakeBuilds):
         venv = env_dir / "venv"
         # A real virtual environment (its site-packages processed at start), without pip.
         venv_module.create(venv, with_pip=False, symlinks=True)
-        packages = venv / "lib" / "python3.11" / "site-packages"
-        for rel, text in MODULES.items():
-            (packages / rel).parent.mkdir(parents=True, exist_ok=True)
-            (packages / rel).write_text(text)
-        (packages / "torch").mkdir()
-        (packages / "torch" / "_C.so").write_bytes(TORCH_SO)
+        self.lay_out(venv / "lib" / "python3.11" / "site-packages")
         return Environment(
             key=key,
             python=str(venv / "bin" / "python"),
@@ -69,6 +64,14 @@ class RealTreeBuilds(FakeBuilds):
             reused=False,
             build_s=0.0,
         )
+
+    def lay_out(self, packages: Path) -> None:
+        """What the install puts in ``site-packages``."""
+        for rel, text in MODULES.items():
+            (packages / rel).parent.mkdir(parents=True, exist_ok=True)
+            (packages / rel).write_text(text)
+        (packages / "torch").mkdir()
+        (packages / "torch" / "_C.so").write_bytes(TORCH_SO)
 
 
 def edit_keeping_size_and_mtime(path: Path, offset: int, data: bytes) -> None:
@@ -247,9 +250,10 @@ def test_a_store_copy_edited_in_place_is_damage_everywhere_and_never_linked_agai
     assert [p.read_bytes() == TORCH_SO for p in stored] == [True]
 
 
-def test_links_made_by_other_environments_are_not_damage_and_are_hashed_once(
+def test_links_made_by_other_environments_are_not_damage_and_are_not_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The store's copy was sealed as each environment linked it: its seal vouches for it as it is."""
     builds = RealTreeBuilds(tmp_path)
     first = builds.get(nights(1)[0])
     so = site(first) / "torch" / "_C.so"
@@ -265,8 +269,8 @@ def test_links_made_by_other_environments_are_not_damage_and_are_hashed_once(
         return real(path)
 
     monkeypatch.setattr(integrity_module, "digest_of", counting)
-    assert builds.verify(first) == [] and hashed == [str(so)]
-    assert builds.verify(first) == [] and hashed == [str(so)]  # the manifest now has the new times
+    assert builds.verify(first) == [] and hashed == []
+    assert builds.verify(first) == [] and hashed == []  # the manifest now has the new times
 
 
 def test_a_manifest_without_content_digests_is_not_trusted(tmp_path: Path) -> None:
@@ -305,3 +309,24 @@ def test_before_an_item_a_damaged_environment_is_rebuilt_and_the_item_says_which
         assert ready.env is not None and not ready.env.reused and builds.builds == 2
         assert ready.env.repaired is not None
         assert "damaged before an item of c" in ready.env.repaired and str(pyc) in ready.env.repaired
+
+
+def test_a_check_seals_a_shared_file_it_verified_so_no_other_environment_reads_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = RealTreeBuilds(tmp_path)
+    first, second = (builds.get(r) for r in nights(2))
+    for name in ("seals.sqlite3", "seals.sqlite3-wal", "seals.sqlite3-shm"):
+        (tmp_path / name).unlink(missing_ok=True)  # environments built before any seal was kept
+    so = site(first) / "torch" / "_C.so"
+    os.link(so, tmp_path / "elsewhere")  # a link made outside: the change time moves, nothing sealed
+    hashed: list[str] = []
+    real = integrity_module.digest_of
+
+    def counting(path: str | Path) -> str:
+        hashed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(integrity_module, "digest_of", counting)
+    assert builds.verify(first) == [] and hashed == [str(so)]
+    assert builds.verify(second) == [] and hashed == [str(so)]  # the first check's seal vouches for it

@@ -26,7 +26,7 @@ def test_bench_times_bare_torchrun_and_the_harness_with_identical_outcomes(tmp_p
     assert {o for row in result["per_item"] for o in row["outcomes"]} == {"NOT_REPRODUCED", "PASS"}
     # The work is under a second a step; bare torchrun pays the imports per item and per rank.
     assert result["ratio"] < 1.0, result
-    # The comm op is prebuilt: no environment JIT-builds anything for these scenarios.
+    # DeepSpeed's comm op is left unbuilt: no environment JIT-builds anything for these scenarios.
     assert all(ops == [] for ops in result["jit_ops_in_environments"].values())
     assert result["orchestrator_peak_rss_bytes"][0] > 0
     assert "ratio harness/bare" in proc.stdout and "identical outcomes" in proc.stdout

@@ -199,3 +199,24 @@ def test_repros_are_in_natural_order_and_family_variants_sit_beside_their_cell()
     headers = re.findall(r'<option value="([^"]+)">', cells)
     assert headers.index(f"{first['cell']}@phi3") == headers.index(first["cell"]) + 1
     assert by_id  # the fixture's own records are all still there
+
+
+def test_a_script_repros_report_has_no_trainer_chart_nor_guard_costs_and_says_where_the_cells_differ() -> None:
+    from tests.support.report_fixture import _record
+
+    found: dict[str, object] = {"explored": True, "expected": None, "matched": False, "step_time_s": None}
+    own: dict[str, object] = {**found, "workaround": "own"}
+    explored = [
+        _record("current", "mine", "bug", "NOT_REPRODUCED", **found),
+        _record("ds-0.19.2", "mine", "bug", "REPRODUCED", **found),
+        _record("current", "mine", "fixed", "PASS", **own),
+        _record("ds-0.19.2", "mine", "fixed", "PASS", **own),
+    ]
+    cells = {
+        "current": {"packages": {"deepspeed": "0.19.8", "torch": "2.13.0"}, "requested": {"deepspeed": "==0.19.8"}},
+        "ds-0.19.2": {"packages": {"deepspeed": "0.19.2", "torch": "2.13.0"}, "requested": {"deepspeed": "==0.19.2"}},
+    }
+    page = render_report(typed(explored), meta(cells=cells, excluded=[]))
+    assert "Fixed trainer: memory and step time" not in page and "What the guards cost" not in page
+    assert "unknown time per step" not in page
+    assert "the cells differ in: deepspeed" in page

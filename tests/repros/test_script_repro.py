@@ -34,6 +34,8 @@ SCRIPT = textwrap.dedent('''
         raise KeyError("something else")
     if args.behave == "exit3":
         sys.exit(3)
+    if args.behave == "subclass":
+        raise my_helper.NoMatchingModuleError(f"{my_helper.SYMPTOM}: no module matched")
 ''')
 
 DECLARATION = textwrap.dedent("""
@@ -57,7 +59,9 @@ def project(tmp_path: Path, behave: str = "declared") -> tuple[Path, dict[str, s
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "train.py").write_text(SCRIPT)
-    (mine / "my_helper.py").write_text('SYMPTOM = "gradients vanished"\n')
+    (mine / "my_helper.py").write_text(
+        'SYMPTOM = "gradients vanished"\n\n\nclass NoMatchingModuleError(RuntimeError):\n    pass\n'
+    )
     (mine / "ds_config.yaml").write_text("zero_optimization: {stage: 3}\n")  # a YAML file, not a repro
     (mine / "repro.yaml").write_text(DECLARATION.format(behave=behave))
     fake_stack.write_matrix(tmp_path / "matrix.yaml", ["a"])
@@ -124,7 +128,9 @@ def test_the_script_runs_as_torchrun_would_and_its_declared_error_is_reproduced(
         "main": "__main__",
     }
     assert "fails as declared in a: REPRODUCED [mine.declared]" in done.stdout
-    assert "keep them as expectations: add --save-expectations" in done.stdout
+    assert "keep them as expectations: the same command with --save-expectations" in done.stdout
+    assert "2 items explored (observations, not checked against expectations)" in done.stdout
+    assert "0 of" not in done.stdout  # nothing was checked: nothing reads as failed
 
 
 @pytest.mark.parametrize(
@@ -164,7 +170,10 @@ def test_saved_expectations_are_matched_by_the_next_run_and_the_declaration_keep
     expectations = yaml.safe_load(text)["repro"]["expectations"]
     assert [(e["mode"], e["outcome"]) for e in expectations] == [("bug", "REPRODUCED"), ("fixed", "PASS")]
     command = shlex.split(expectations[0]["established_by"].split(" (")[0])
-    assert command[command.index("--repros-dir") + 1] == str(mine)  # absolute: it reruns from anywhere
+    # As the user would type it where they ran it: the program, paths relative there, no flag they never gave.
+    assert command[:4] == [sys.executable, "-m", "harness", "run"] or command[:2] == ["python", "-m"]
+    assert command[command.index("--repros-dir") + 1] == "mine"
+    assert "--explore" not in command and "--matrix" not in command
     again = harness(tmp_path, env, "run", "--repros-dir", "mine", "--out", "second")
     assert again.returncode == 0, again.stdout
     assert all(r.matched and not r.explored for r in read_results(tmp_path / "second" / "results.jsonl"))
@@ -225,3 +234,45 @@ def test_the_printed_rerun_command_works_from_elsewhere_without_the_variable_tha
     (again,) = read_results(elsewhere / "out" / "results.jsonl")
     same = (again.outcome, again.repro_cmd) == (record.outcome, record.repro_cmd)
     assert same, rerun.stdout + done.stdout
+
+
+def test_save_expectations_saves_what_the_last_run_observed_without_running_again(tmp_path: Path) -> None:
+    mine, env = project(tmp_path)
+    explored = harness(tmp_path, env, "run", "--repros-dir", "mine")
+    assert explored.returncode == 0, explored.stdout + explored.stderr
+    runs = sorted((tmp_path / "reports").iterdir())
+    saved = harness(tmp_path, env, "run", "--repros-dir", "mine", "--save-expectations")
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    assert (
+        f"saving what reports/{runs[0].name} observed (2 items" in saved.stdout and "nothing runs again" in saved.stdout
+    )
+    assert sorted((tmp_path / "reports").iterdir()) == runs  # no run
+    expectations = yaml.safe_load((mine / "repro.yaml").read_text())["repro"]["expectations"]
+    assert [(e["mode"], e["outcome"]) for e in expectations] == [("bug", "REPRODUCED"), ("fixed", "PASS")]
+    # The declaration changed since: the next save runs the items again.
+    again = harness(tmp_path, env, "run", "--repros-dir", "mine", "--save-expectations")
+    assert "nothing runs again" not in again.stdout and len(list((tmp_path / "reports").iterdir())) == 2
+
+
+@pytest.mark.parametrize(
+    ("behave", "hint"),
+    [
+        (
+            "subclass",
+            "the message matches mine.declared's pattern, but the error is my_helper.NoMatchingModuleError, a "
+            "subclass of the declared RuntimeError: declare the type as the traceback prints it, "
+            "my_helper.NoMatchingModuleError",
+        ),
+        (
+            "other",
+            "the declared error (RuntimeError matching 'gradients vanished') never appeared: rank 0 raised "
+            "KeyError: 'something else'",
+        ),
+    ],
+)
+def test_a_different_error_says_how_it_missed_the_declared_one(tmp_path: Path, behave: str, hint: str) -> None:
+    _, env = project(tmp_path, behave)
+    done = harness(tmp_path, env, "run", "--repros-dir", "mine", "--modes", "bug", "--out", "out")
+    (record,) = read_results(tmp_path / "out" / "results.jsonl")
+    assert record.outcome == "DIFFERENT_ERROR" and record.reasons == [hint]
+    assert f"    hint: {hint}" in done.stdout

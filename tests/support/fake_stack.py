@@ -66,7 +66,10 @@ try:
 except BaseException as exc:
     cls = type(exc)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    record.update(status="error", error={"type": name, "message": str(exc), "traceback": traceback.format_exc()})
+    bases = [b.__qualname__ if b.__module__ == "builtins" else f"{b.__module__}.{b.__qualname__}"
+             for b in cls.__mro__[1:] if b is not object]
+    record.update(status="error", error={"type": name, "bases": bases, "message": str(exc),
+                                         "traceback": traceback.format_exc()})
     print(traceback.format_exc(), file=sys.stderr)
     code = 1
 record.update(t_end=time.time(), measures={"peak_mem": {"kind": "cpu_peak_rss", "value": 1 << 20}}, facts=ctx.facts)

@@ -79,6 +79,9 @@ def test_by_date_bisect_names_the_day_and_the_changed_package(
         def release(self, env: Environment) -> None:
             pass
 
+        def cached(self, cell: Any) -> bool:
+            return True
+
         def for_cell(self, cell: Any) -> Resolved:
             packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
             return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", False, 1.0))

@@ -107,6 +107,9 @@ def test_a_release_that_failed_differently_is_never_good_and_is_named(
         def release(self, env: Environment) -> None:
             pass
 
+        def cached(self, cell: object) -> bool:
+            return True
+
         def for_cell(self, cell):  # type: ignore[no-untyped-def]
             packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
             return Resolved(Environment(cell.name, "py", "3.11.7", packages, "/e", "/x", True, 0.0))
@@ -198,3 +201,78 @@ def test_a_pinned_cell_keeps_its_origin_in_the_rerun_command() -> None:
     stack = StackChoice(pins=(("deepspeed", "==0.19.5"),), as_of="2025-03-25")
     cmd = run_command(opts.run.matrix.path, cell, "F1", "bug", stack, CacheChoice())
     assert "--cells current " in cmd and "--pin deepspeed==0.19.5" in cmd and "--as-of 2025-03-25" in cmd
+
+
+def test_a_long_build_says_it_is_under_way_the_step_gives_its_size_and_the_end_says_what_next(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bisect whose steps build environments is never silent for minutes, says what each takes on
+    disk, and after its final line (the last on stdout) says what to do with it."""
+    import io
+    import json
+    import time
+
+    from rich.console import Console
+
+    from harness.environments import Environment, Resolved
+    from harness.reports import progress
+
+    releases = ["0.19.2", "0.19.3", "0.19.8"]
+    monkeypatch.setattr(bisect_mod, "released_versions", lambda package, pre=False: [Version(v) for v in releases])
+    monkeypatch.setattr(progress, "STILL_EVERY_S", 0.05)
+    monkeypatch.setattr(bisect_mod, "still_under_way", lambda say, what: progress.still_under_way(say, what, 0.05))
+
+    class BuildingEnvironments:
+        def __init__(self, cache_dir: Path, **_: object) -> None:
+            pass
+
+        def release(self, env: Environment) -> None:
+            pass
+
+        def cached(self, cell: object) -> bool:
+            return False
+
+        def for_cell(self, cell):  # type: ignore[no-untyped-def]
+            time.sleep(0.2)  # a build
+            env_dir = tmp_path / "envs" / cell.name
+            env_dir.mkdir(parents=True, exist_ok=True)
+            (env_dir / "size.json").write_text(json.dumps({"apparent": 1_181_116_006}))
+            packages = {k: v.lstrip("=") for k, v in cell.packages.items()}
+            return Resolved(Environment(cell.name, "py", "3.11.7", packages, str(env_dir), "/x", False, 296.0))
+
+    def fake_observe(job, resolved, *_, **__):  # type: ignore[no-untyped-def]
+        env = {"key": "k", "path": resolved.env.path, "python": "/x", "reused": False, "build_s": 296.0}
+        if Version(resolved.env.packages["deepspeed"]) < Version("0.19.3"):
+            return observed("REPRODUCED", "F1.recompute-shape-0", error=None, env=env)
+        return observed("NOT_REPRODUCED", None, error=None, env=env)
+
+    monkeypatch.setattr(bisect_mod, "Environments", BuildingEnvironments)
+    monkeypatch.setattr(local_executor, "observe_item", fake_observe)
+    opts = options(package="deepspeed", good="0.19.8", bad="0.19.2", cache_dir=tmp_path, out_dir=tmp_path / "out")
+    said = io.StringIO()
+    assert bisect_mod.execute_bisect(opts, Console(file=said, width=200)) == 0
+    shown = said.getvalue()
+    assert "deepspeed==0.19.2: its environment: building it" in shown
+    assert "deepspeed==0.19.2: its environment is being built:" in shown and "so far" in shown
+    assert "environment built 296s, 1.1 GB" in shown
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == "first good: deepspeed==0.19.3"
+    assert err.startswith("next: the change is in deepspeed 0.19.3 (its changes since 0.19.2): upgrade to ")
+    assert "--pin deepspeed==0.19.3" in err and str(tmp_path / "out" / "bisect.json") in err
+
+
+def test_bisect_takes_its_base_cell_as_run_takes_cells_and_says_what_each_option_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from harness.cli.main import parser
+
+    bisect = parser().parse_args(["bisect", "--repro", "F1", "--good", "1", "--bad", "2", "--cells", "tf4"])
+    assert bisect.cell == "tf4"
+    assert parser().parse_args(["bisect", "--repro", "F1", "--good", "1", "--bad", "2", "--cell", "tf4"]).cell == "tf4"
+    with pytest.raises(SystemExit):
+        parser().parse_args(["bisect", "--help"])
+    shown = capsys.readouterr().out
+    for flag in ("--repro REPRO", "--mode MODE", "--cells CELL, --cell CELL"):
+        line = next(ln for ln in shown.splitlines() if ln.strip().startswith(flag))
+        assert len(line.strip()) > len(flag) + 5 or flag == "--cells CELL, --cell CELL", line
+    assert "the repro whose outcome changed" in shown and "the mode whose outcome changed" in shown

@@ -185,7 +185,7 @@ def _bisect_command(report: BisectReport, extra: Mapping[str, object]) -> str:
     if matrix:
         words += ["--matrix", str(matrix)]
     if cell:
-        words += ["--cell", str(cell)]
+        words += ["--cells", str(cell)]
     return " ".join(words)
 
 

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 from harness.analysis.explain.logs import LoggedError
 from harness.config.expectations import holds
 from harness.config.repros import Repro
+from harness.core.invocation import program_text
 from harness.reports.cost_table import CostEntry, Pricing
 from repros.runtime import patterns
 from repros.runtime.context import TRACKED_PACKAGES
@@ -181,6 +182,16 @@ def _when(expectation: Expectation) -> str:
     return text + (f" (on {expectation.device})" if expectation.device else "")
 
 
+#: How the built-in repros' expectations name the program that established them.
+_RECORDED_PROGRAM = re.compile(r"(?<![\w/.-])python -m harness(?= )")
+
+
+def as_typed_here(command: str) -> str:
+    """A recorded command (``python -m harness run ...``) with the program the user runs now in its place
+    (``ft-regress``, where they ran that): the two are one program."""
+    return _RECORDED_PROGRAM.sub(program_text(), command)
+
+
 def measured_lines(spec: ReproSpec) -> list[str]:
     """The versions measured as affected and as fixed, and the commands that established them."""
     lines = []
@@ -193,7 +204,7 @@ def measured_lines(spec: ReproSpec) -> list[str]:
     if not bug:
         lines.append("no versions measured yet (the repro declares no expectation)")
     for source in dict.fromkeys(e.established_by for e in bug if e.established_by):
-        lines.append(f"established by: {source}")
+        lines.append(f"established by: {as_typed_here(source)}")
     return lines
 
 

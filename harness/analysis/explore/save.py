@@ -63,6 +63,6 @@ def save_run(
     command that explores its cells again, as this run did."""
 
     def established_by(repro: str, cells: list[str]) -> str:
-        return selection_command(opts, cells, [repro], "--explore")
+        return selection_command(opts, cells, [repro])
 
     save_observed(records, cells_meta, opts.discovery, established_by, say)

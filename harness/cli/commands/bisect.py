@@ -18,8 +18,15 @@ class BisectCommand(Command):
     help = "find the release of a package that changed a repro's outcome"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--repro", required=True)
-        parser.add_argument("--mode", default="bug")
+        parser.add_argument(
+            "--repro", required=True, help="the repro whose outcome changed: its id (F1, or your repro.yaml's id)"
+        )
+        parser.add_argument(
+            "--mode",
+            default="bug",
+            help="the mode whose outcome changed: bug (the configuration that fails, default) or fixed (the "
+            "workaround)",
+        )
         parser.add_argument("--package", help="the package whose releases to bisect")
         parser.add_argument("--good", required=True, help="a release (a date with --by-date) with the good outcome")
         parser.add_argument("--bad", required=True, help="a release (a date with --by-date) with the bad outcome")
@@ -36,7 +43,14 @@ class BisectCommand(Command):
             help="with --by-date: keep this package at the base cell's spec (repeatable; e.g. torch)",
         )
         options.add_cli_options(parser, ("matrix",))
-        parser.add_argument("--cell", help="the base cell (default: the first cell of the default lane)")
+        parser.add_argument(
+            "--cells",
+            "--cell",
+            dest="cell",
+            metavar="CELL",
+            help="the base cell, one of the matrix (its other packages stay as they are; default: the first cell of "
+            "the default lane); --cell is another name for it",
+        )
         options.add_cli_options(parser, ("out", "reports_dir", "cache_dir", "cache_max_gb"))
         parser.add_argument("--pre", action="store_true", help="include pre-releases")
         parser.add_argument(

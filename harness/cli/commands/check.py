@@ -74,13 +74,27 @@ def check_options(values: Mapping[str, object], out: Path | None, world_size: in
     return dataclasses.replace(opts, selection=opts.selection.evolve(repros=(*built_in, CROSSCHECK)))
 
 
+#: What ``check --help`` says of the options whose ``run`` help speaks of a matrix and its cells.
+CHECK_HELPS = {
+    "repros": "repro ids, comma-separated, e.g. F1,F5 (default: every documented failure)",
+    "world_size": "ranks per item (default: one per visible GPU, two at most; two CPU ranks where there is none)",
+    "model": "the test model's size: tiny (correctness, default) or small (measuring; tens of millions of parameters)",
+    "family": "the model families to run in, comma-separated (qwen2, llama, mistral, gemma2, phi3, qwen2-moe, "
+    "llava; default: qwen2)",
+    "cache_dir": "where ops compiled at first use (DeepSpeed's, torch's) are kept (default: $FT_REGRESS_CACHE, else "
+    "$XDG_CACHE_HOME/ft-regress, else ~/.cache/ft-regress)",
+    "launcher": "worker: fork each item's ranks from a pre-imported worker (default, or $FT_REGRESS_LAUNCHER); "
+    "torchrun: a bare torchrun per item",
+}
+
+
 class CheckCommand(Command):
     name = "check"
-    help = "every documented failure and the fixed trainer against this interpreter's own stack (no matrix)"
+    help = "every documented failure and the fixed trainer against this interpreter's own stack"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        options.add_cli_options(parser, ("repros", "modes", "out", "reports_dir", "world_size"))
-        options.add_cli_options(parser, ("cache_dir", "launcher", "jobs", "model", "family"))
+        names = ("repros", "modes", "out", "reports_dir", "world_size", "cache_dir", "launcher", "jobs", "model")
+        options.add_cli_options(parser, (*names, "family"), helps=CHECK_HELPS)
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         _require_torch_here()

@@ -9,17 +9,21 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.analysis.explore.last_run import LastRun, last_observed
 from harness.analysis.explore.save import save_run
 from harness.cli import options
 from harness.cli.commands.base import Command
 from harness.core.errors import UserError
+from harness.core.json import JsonValue
 from harness.core.text import plain
+from harness.execution.scheduler import Machine
 from harness.pipeline.session import RunEnding, RunSession
 from harness.planning.items import Plan, plan_items
 from harness.planning.run_options import RunOptions
 from harness.records.item import ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import RunMeta
+from harness.reports.run_cost import RunCost
 from harness.reports.run_end import print_run_end
 
 #: What a resumed run takes from its run.json; giving any of these with --resume is refused.
@@ -91,19 +95,42 @@ def run_ending(opts: RunOptions, plan: Plan, console: Console) -> RunEnding:
     """How ``run`` ends: its summary (``reports/run_end.py``), then with ``--save-expectations`` what
     it observed kept as the repros' expectations (``analysis/explore/save.py``)."""
 
-    def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> None:
-        print_run_end(console, records, meta.cells, plan.excluded, saving=opts.save_expectations)
+    def ended(records: Sequence[ItemRecord], meta: RunMeta, interrupted: bool) -> dict[str, JsonValue]:
+        cost = RunCost.of(meta, records, Machine.detect().cpus)
+        print_run_end(console, records, meta.cells, plan.excluded, saving=opts.save_expectations, cost=cost)
         if opts.save_expectations and not interrupted:
             save_run(opts, records, meta.cells, lambda text: console.print(plain(text), highlight=False, markup=False))
+        return {"cost": {**dataclasses.asdict(cost), "floor_s": round(cost.floor_s, 1)}}
 
     return ended
 
 
 def execute(opts: RunOptions, console: Console, argv: Sequence[str], resume: Path | None = None) -> int:
     """Run the planned items; return the exit status (0 all matched, 1 otherwise, 2 when a record
-    could not be written, 130 when interrupted). With ``resume``, run only what that run lacks."""
+    could not be written, 130 when interrupted). With ``resume``, run only what that run lacks. With
+    ``--save-expectations`` where the last run observed every planned item as it would be observed
+    now (``analysis/explore/last_run.py``), save what it saw instead of running anything again."""
     plan = plan_items(opts)
+    if opts.save_expectations and resume is None:
+        last = last_observed(opts, plan.items)
+        if last is not None:
+            return save_last(opts, last, console)
     return RunSession(opts, console, argv, resume, plan=plan, on_finished=run_ending(opts, plan, console)).execute()
+
+
+def save_last(opts: RunOptions, last: LastRun, console: Console) -> int:
+    """``--save-expectations`` from the last run's records: said, then saved as a run would save them."""
+
+    def say(text: str) -> None:
+        console.print(plain(text), highlight=False, markup=False)
+
+    say(
+        f"saving what {last.dir.path} observed ({len(last.records)} items, started {last.meta.started_at}; the same "
+        "matrix, stacks and repro files): nothing runs again. To observe them again first, run without "
+        "--save-expectations"
+    )
+    save_run(opts, last.records, last.meta.cells, say)
+    return 0
 
 
 def resumed_options(args: argparse.Namespace) -> RunOptions:

@@ -94,6 +94,8 @@ class WorkerInfo:
     cuda: bool = False
     #: Build locks a killed JIT build had left in the environment's extensions dir, removed.
     stale_build_locks_removed: list[str] = field(default_factory=list)
+    #: The CPU seconds its imports took (once for the cell's items), where it said.
+    cpu_s: float | None = None
 
 
 class CellWorker:
@@ -171,6 +173,7 @@ class CellWorker:
             deferred=dict(ready.get("deferred", {})),
             cuda=bool(ready.get("cuda", False)),
             stale_build_locks_removed=list(stale_locks),
+            cpu_s=float(ready["cpu_s"]) if isinstance(ready.get("cpu_s"), (int, float)) else None,
         )
         if self.info.hazards:
             self.close()

@@ -13,17 +13,22 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import shlex
+import sys
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 from rich.console import Console
 
 from harness.config.matrix import Cell, Matrix
 from harness.core.errors import UserError
+from harness.core.invocation import program, program_text
 from harness.core.names import one_of, unknown_repro_fix
 from harness.environments import Environments, EnvironmentUnavailable, Resolved
+from harness.environments.cache import GB, cache_bytes, recorded_size
 from harness.environments.releases import VersionsUnavailable, between, released_versions
 from harness.execution.containment.leftovers import sweep_dead_runs
 from harness.pipeline.executors import ExecutorContext, ItemJob, make_executor
@@ -39,6 +44,7 @@ from harness.records.provenance import host_info
 from harness.records.results import ResultsWriter
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import new_run_id
+from harness.reports.progress import still_under_way
 from harness.workflows.bisect.axes import DateAxis, VersionAxis
 from harness.workflows.bisect.search import SearchResult, State, search
 from repros.runtime.outcomes import UNOBSERVED
@@ -91,8 +97,10 @@ def state_of(record: ItemRecord, bad: tuple[str, str | None], good: tuple[str, s
 
 def base_cell(matrix: Matrix, name: str | None) -> Cell:
     if name is not None:
+        if "," in name:
+            raise UserError("--cells", name, "names more than one cell", "bisect holds one base cell: name one")
         if name not in matrix.cells:
-            raise UserError(matrix.path, "--cell", f"no cell named {name!r}", one_of(name, matrix.cells))
+            raise UserError(matrix.path, "--cells", f"no cell named {name!r}", one_of(name, matrix.cells))
         cell = matrix.cells[name]
     else:
         lane_cells = matrix.cells_in_lane(matrix.default_lane) if matrix.default_lane else []
@@ -102,7 +110,7 @@ def base_cell(matrix: Matrix, name: str | None) -> Cell:
             matrix.path,
             f"cells.{cell.name}",
             f"its provider ({cell.provider}) does not install packages, so none can be bisected",
-            "pass --cell with a cell that lists packages",
+            "pass --cells with a cell that lists packages",
         )
     return cell
 
@@ -196,7 +204,7 @@ class StepRunner:
         try:
             cell = self.axis.cell(self.cell, point)
             if self.executor.builds_environments:
-                resolved = self.environments.for_cell(cell)
+                resolved = self._ready(cell, point)
         except EnvironmentUnavailable as exc:
             cell, resolved = self._unavailable_cell(point), Resolved(None, exc.reason)
         job = ItemJob(self.run_id, self._item(cell), self.repro, self._command(cell, self._stack(point, cell)))
@@ -208,6 +216,18 @@ class StepRunner:
         if observed.env is not None and not observed.env.reused:
             self.environments_built += 1
         return observed
+
+    def _say(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False)
+
+    def _ready(self, cell: Cell, point: str) -> Resolved:
+        """The point's environment: at once where it is built already, else built, saying so while it is."""
+        if self.environments.cached(cell):
+            return self.environments.for_cell(cell)
+        what = f"{self.axis.label(point)}: its environment"
+        self._say(f"{what}: building it (uv installs the cell's packages; minutes the first time, about a GB on disk)")
+        with still_under_way(self._say, f"{what} is being built"):
+            return self.environments.for_cell(cell)
 
     def _stack(self, point: str, cell: Cell) -> StackChoice:
         """What chose the point's stack, for its rerun command: the point's own pins, always (the
@@ -270,7 +290,9 @@ class StepRunner:
         elif env is None:
             how = "no environment"
         else:
-            how = "environment reused" if env.reused else f"environment built {env.build_s:.0f}s"
+            size = recorded_size(Path(env.path)) if env.path else None
+            took = "reused" if env.reused else f"built {env.build_s:.0f}s"
+            how = f"environment {took}" + (f", {size / GB:.1f} GB" if size else "")
         step = Step(
             n=len(self.steps) + 1,
             role=role,
@@ -329,10 +351,33 @@ def date_points(opts: BisectOptions) -> list[str]:
 
 
 def execute_bisect(opts: BisectOptions, console: Console) -> int:
-    """``bisect``: run it, print the final line, and exit 0 only where a boundary was found."""
+    """``bisect``: run it, print the final line (the last of its output), what to do next (on stderr,
+    after it), and exit 0 only where a boundary was found."""
     report = run_bisect(opts, console)
     print(report.final, flush=True)
+    print(next_step(report, opts), file=sys.stderr, flush=True)
     return 0 if report.status == FOUND else 1
+
+
+def next_step(report: BisectReport, opts: BisectOptions) -> str:
+    """What a bisect's result asks of the one who ran it, and where its steps are."""
+    steps = Path(report.directory) / BISECT_FILE
+    if report.status != FOUND or report.boundary is None:
+        return f"next: each step's outcome, signature and rerun command are in {steps}"
+    before = report.before_boundary()
+    if report.axis == "date":
+        since = f"released after {before}" if before else "released on it"
+        return f"next: the change is among what was {since} (listed above); the steps are in {steps}"
+    package, boundary = report.package, report.boundary
+    since = f" (its changes since {before})" if before else ""
+    cell = ["--cells", report.base_cell] if report.base_cell else []
+    me = shlex.join([*program(), "run", *cell, "--repros", report.repro, "--modes", report.mode])
+    if report.kind == "regression":
+        advice = f"keep {package}<{boundary} until it is fixed, and report it upstream with the steps"
+    else:
+        advice = f"upgrade to {package}>={boundary}"
+    again = f"{me} --pin {package}=={boundary}"
+    return f"next: the change is in {package} {boundary}{since}: {advice}; see it again: {again}; the steps: {steps}"
 
 
 def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
@@ -436,9 +481,14 @@ def run_bisect(opts: BisectOptions, console: Console) -> BisectReport:
     tmp = out / f"{BISECT_FILE}.tmp"
     tmp.write_text(json.dumps(report.model_dump(mode="json"), indent=1))
     os.replace(tmp, out / BISECT_FILE)
+    cache = ""
+    if steps.environments_built:
+        taken = cache_bytes(run.cache.path) / GB
+        cache = f" (the environment cache, {run.cache.path}, takes {taken:.1f} GB on disk: {program_text()} cache list)"
     console.print(
-        f"{len(steps.steps)} steps, {steps.environments_built} environments built, {report.wall_s:.0f}s; "
-        f"steps in {out / BISECT_FILE}",
+        f"{len(steps.steps)} steps, {steps.environments_built} environments built"
+        f"{cache}, {report.wall_s:.0f}s; steps in {out / BISECT_FILE}",
         highlight=False,
+        markup=False,
     )
     return report

@@ -80,6 +80,16 @@ class DeclarationError(ValueError):
 
     def __init__(self, path: Path, field: str, problem: str, fix: str) -> None:
         super().__init__(f"{path}: {field}: {problem}; {fix}")
+        self.parts = {"file": str(path), "field": field, "problem": problem, "fix": fix}
+
+
+def declared_id(path: Path) -> str | None:
+    """The id a declaration gives itself, where it can be read at all (its other fields unchecked)."""
+    try:
+        declared = read_declaration(path).get("id")
+    except (DeclarationError, SyntaxError, ValueError, OSError):
+        return None
+    return declared if isinstance(declared, str) and declared else None
 
 
 def declares_repro(path: Path) -> bool:
