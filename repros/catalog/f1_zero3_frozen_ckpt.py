@@ -23,7 +23,7 @@ from repros.catalog._stacks import CURRENT, TF4
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
-from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
 from repros.trainer.scenario import Scenario
 
 # The boundary, found by running the bug mode in one cell per DeepSpeed release from
@@ -85,6 +85,17 @@ SPEC = ReproSpec(
         "nothing is quantized"
     ),
     description=__doc__ or "",
+    # A ZeRO-3 strategy checkpointing non-reentrantly recomputes the frozen weights as [0] where its bug mode does.
+    diverges=(
+        Diverges(
+            ("zero3-*-ckpt-nr*",),
+            {"deepspeed": "<0.19.3"},
+            "python -m harness crosscheck --cells tf4-ds-0.18.0,tf4-ds-0.17.6 --strategies <the 42 of the ci lane, "
+            "the pairwise cover and nine with AdamW> (2026-11-29, torch 2.13.0+cpu, transformers 4.57.6, 2 ranks, "
+            "gloo): zero3-bf16-ckpt-nr-accum-engine raised F1's CheckpointError with deepspeed 0.18.0; with "
+            "0.19.8 every ZeRO-3 strategy agrees",
+        ),
+    ),
     impossible_in={
         "gemma2": "Gemma-2's layers save no frozen parameter as itself for backward (its RMSNorm multiplies by "
         "1 + weight computed in float32, a new tensor; a Linear saves its weight's transpose), so nothing "

@@ -11,34 +11,51 @@ from the boundary and keeps them all. DeepSpeed 0.19.4 added ``managed_gradient_
 #8203, #8217; offload in 0.19.5, #8225): false hands the boundary to ``step()``; the default still drops them.
 open-instruct PR #1498 works around it with ``set_gradient_accumulation_boundary``.
 
+Before 0.18.3 it is worse (DeepSpeed#7718, from 0.17.6): ZeRO-2 applies the last micro-batch's gradient only
+whatever the boundary says, accumulated by the engine (``gradient_accumulation_steps`` > 1) or by hand with the
+boundary told, and the loop above raises ``TypeError: 'NoneType' object is not iterable`` in ZeRO-2's
+gradient epilogue (DeepSpeed#7629). ZeRO-1 and ZeRO-3 accumulate correctly there; 0.18.3 fixed ZeRO-2
+(bisected here: ``bisect --repro F35 --mode fixed --package deepspeed --good 0.19.2 --bad 0.18.0`` -> 0.18.3).
+
 bug:   ZeRO-2, float32, two micro-batches per step accumulated by hand, config gradient_accumulation_steps 1, held
        against one process training the same adapter on the same global batch (``crosscheck``'s comparison).
-fixed: the same through the fixed trainer's guard: ``set_gradient_accumulation_boundary(False)`` before each
-       ``backward`` but the last.
+fixed: the same through the fixed trainer's guards: ``set_gradient_accumulation_boundary(False)`` before each
+       ``backward`` but the last; before 0.18.3, ZeRO-1 instead of ZeRO-2 as well.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from repros.catalog._stacks import CURRENT, TF4_DS_0_18
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
-from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
 from repros.trainer.crosscheck.strategy import diverged_strategy, parse
 
 #: What runs: ZeRO-2 in float32 with the micro-batches accumulated by hand.
 STRATEGY = "zero2-fp32-accum-manual"
 _ESTABLISHED = (
-    "python -m harness run --matrix matrix.yaml --lane nightly --repros F35 (2026-11-29, torch 2.13.0+cpu, 2 ranks, "
-    "gloo): REPRODUCED with deepspeed 0.17.6, 0.18.0, 0.19.2, 0.19.3 and 0.19.8; PASS through the guard in each"
+    "python -m harness run --lane ci --repros F35 (2026-11-29, torch 2.13.0+cpu, 2 ranks, gloo): REPRODUCED with "
+    "deepspeed 0.19.2 and 0.19.8 (transformers 4.43.0, 4.57.6 and 5.23.0), PASS through the guard; with 0.18.0 the "
+    "loop raised DeepSpeed#7629's TypeError and the boundary did not help (FAIL); python -m harness bisect --repro "
+    "F35 --mode fixed --package deepspeed --good 0.19.2 --bad 0.18.0 -> first good: deepspeed==0.18.3 (6 steps: "
+    "0.18.0, 0.18.1, 0.18.2 FAIL; 0.18.3, 0.18.6, 0.19.2 PASS); run --cells current --repros F35 --pin "
+    "deepspeed==0.18.2 / ==0.18.3: DIFFERENT_ERROR (the TypeError) / REPRODUCED"
+)
+_CROSSCHECKED = (
+    "python -m harness crosscheck --cells tf4-ds-0.18.0 --strategies <the 42 of the ci lane, the pairwise cover and "
+    "nine with AdamW> (2026-11-29, torch 2.13.0+cpu, transformers 4.57.6, 2 ranks, gloo): zero2-fp32-accum-manual, "
+    "zero2-bf16-accum-manual and zero2-fp32-ckpt-nr-accum-engine DIVERGED (the gradient norm at step 0, 0.25 "
+    "below the reference's), every ZeRO-1 and ZeRO-3 strategy that accumulates agreed"
 )
 
 
-def zero12_by_hand(message: str) -> bool:
-    """The strategy that diverged is ZeRO-1/2 accumulating by hand."""
+def zero12_accumulating(message: str) -> bool:
+    """The strategy that diverged is ZeRO-1/2 accumulating micro-batches (by hand, or before 0.18.3 by the
+    engine as well)."""
     strategy = diverged_strategy(message)
-    return strategy is not None and strategy.stage in (1, 2) and strategy.accumulation == "manual"
+    return strategy is not None and strategy.stage in (1, 2) and strategy.accumulation != "none"
 
 
 SPEC = ReproSpec(
@@ -52,24 +69,39 @@ SPEC = ReproSpec(
         "deepspeedai/DeepSpeed PR #8225 (offload, 0.19.5)",
         "deepspeedai/DeepSpeed PR #7981 (offloaded ZeRO-1/2, the same loss)",
         "huggingface/accelerate#3877",
+        "deepspeedai/DeepSpeed#7718 (ZeRO-2 from 0.17.6: accumulated gradients wrong; fixed in 0.18.3, trl#4540)",
+        "deepspeedai/DeepSpeed#7629 (ZeRO-2 from 0.17.6: TypeError at the second backward of a step)",
     ),
     signatures=(
         Signature(
             id="F35.last-micro-batch-only",
             exception="repros.trainer.silent_failures.TrainsUnlikeOneProcess",
             pattern=r"trains unlike one process: (grad_norm|gradient|weight|loss|saved_adapter|reloaded|merged)",
-            checks=(zero12_by_hand,),
-            description="a ZeRO-1/2 strategy accumulating by hand trains otherwise than one process on the same "
-            "global batch (its gradient is the last micro-batch's), nothing raised",
+            checks=(zero12_accumulating,),
+            description="a ZeRO-1/2 strategy accumulating micro-batches trains otherwise than one process on the "
+            "same global batch (its gradient is the last micro-batch's), nothing raised",
         ),
     ),
     expectations=(
         Expectation(
             "bug",
             Outcome.REPRODUCED,
-            {"deepspeed": ">=0.17"},
+            {"deepspeed": ">=0.18.3"},
             established_by=_ESTABLISHED,
-            under=(CURRENT, TF4_DS_0_18),
+            under=(CURRENT, DS_0_19_2, TF4),
+            observed={"deepspeed": ("0.18.3", "0.19.2", "0.19.8")},
+            established_on="cpu",
+        ),
+        Expectation(
+            "bug",
+            Outcome.DIFFERENT_ERROR,
+            {"deepspeed": ">=0.17.6,<0.18.3"},
+            established_by=_ESTABLISHED,
+            note="before 0.18.3 the loop is not silent: ZeRO-2's gradient epilogue raises \"TypeError: 'NoneType' "
+            'object is not iterable" at the second backward() of a step (DeepSpeed#7629)',
+            under=(TF4_DS_0_18,),
+            observed={"deepspeed": ("0.18.0", "0.18.2")},
+            established_on="cpu",
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
@@ -81,6 +113,8 @@ SPEC = ReproSpec(
     description=__doc__ or "",
     steps=4,
     pass_rule="agrees",
+    # Before 0.18.3 ZeRO-2 drops all but the last micro-batch however it accumulates (DeepSpeed#7718).
+    diverges=(Diverges(("zero2-*-accum-*",), {"deepspeed": ">=0.17.6,<0.18.3"}, _CROSSCHECKED),),
     variants=(
         Variant(
             "zero3",

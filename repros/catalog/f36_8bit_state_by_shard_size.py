@@ -17,7 +17,7 @@ fixed: the fixed trainer's guard keeps float32 state under sharding (torch's Ada
 
 from __future__ import annotations
 
-from repros.catalog._stacks import CURRENT
+from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
@@ -26,8 +26,14 @@ from repros.trainer.crosscheck.strategy import diverged_strategy, parse
 #: What runs: ZeRO-2 in float32 with bitsandbytes' AdamW8bit.
 STRATEGY = "zero2-fp32-adamw8bit"
 _ESTABLISHED = (
-    "python -m harness run --matrix matrix.yaml --lane nightly --repros F36 (2026-11-29, torch 2.13.0+cpu, 2 ranks, "
-    "gloo): REPRODUCED with bitsandbytes 0.47.0 and 0.50.2 (deepspeed 0.18.0, 0.19.2, 0.19.8); PASS through the guard"
+    "python -m harness run --lane ci --repros F36 (2026-11-29, torch 2.13.0+cpu, 2 ranks, gloo): REPRODUCED with "
+    "bitsandbytes 0.50.2 (deepspeed 0.18.0, 0.19.2 and 0.19.8; transformers 4.43.0, 4.57.6 and 5.23.0), PASS through "
+    "the guard; INFRA with bitsandbytes 0.47.0, and with 0.48.2 and 0.49.2 (run --cells current --repros F36 --pin "
+    "bitsandbytes==X): no 8-bit AdamW on a CPU there, so the one-process reference cannot train"
+)
+_CPU_NOTE = (
+    "bitsandbytes before 0.50 has no 8-bit AdamW for CPU tensors (its step raises AttributeError: 'NoneType' object "
+    "has no attribute 'shape'): the one-process reference cannot train, so nothing is compared; a GPU runner can"
 )
 
 
@@ -61,9 +67,28 @@ SPEC = ReproSpec(
     ),
     expectations=(
         Expectation(
-            "bug", Outcome.REPRODUCED, {"bitsandbytes": ">=0.47"}, established_by=_ESTABLISHED, under=(CURRENT,)
+            "bug",
+            Outcome.REPRODUCED,
+            {"bitsandbytes": ">=0.50"},
+            established_by=_ESTABLISHED,
+            under=(CURRENT, DS_0_19_2, TF4_DS_0_18),
+            observed={"bitsandbytes": ("0.50.2",)},
+            established_on="cpu",
         ),
-        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+        Expectation(
+            "bug",
+            Outcome.INFRA,
+            {"bitsandbytes": "<0.50"},
+            established_by=_ESTABLISHED,
+            note=_CPU_NOTE,
+            device="cpu",
+            under=(CURRENT,),
+            observed={"bitsandbytes": ("0.47.0", "0.48.2", "0.49.2")},
+        ),
+        Expectation("fixed", Outcome.PASS, {"bitsandbytes": ">=0.50"}, established_by=_ESTABLISHED),
+        Expectation(
+            "fixed", Outcome.INFRA, {"bitsandbytes": "<0.50"}, established_by=_ESTABLISHED, note=_CPU_NOTE, device="cpu"
+        ),
     ),
     depends_on=("torch", "deepspeed", "bitsandbytes", "peft"),
     depends_on_why=(

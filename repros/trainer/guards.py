@@ -253,6 +253,9 @@ TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN = (Version("1.4.0"), Version("1.7.0"))
 #: update_scale``, "OVERFLOW! Skipping step"); bisected by F34 (repros/catalog/f34_zero_bf16_silent_skipped_step.py).
 DEEPSPEED_BF16_OVERFLOW_CHECK = Version("0.19.3")
 DEEPSPEED_SKIPPED_STEP_LOGGED = Version("0.19.8")
+#: ZeRO-2 keeps only the last micro-batch's gradient however it accumulates (DeepSpeed#7718, #7629), from 0.17.6
+#: until 0.18.3 (bisected, F35's fixed mode).
+DEEPSPEED_Z2_ACCUMULATION_BROKEN = (Version("0.17.6"), Version("0.18.3"))
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
@@ -896,6 +899,24 @@ _BUILT_IN: tuple[GuardRule, ...] = (
             f"deepspeed {v.get('deepspeed')} (< {DEEPSPEED_SKIPPED_STEP_LOGGED}) says nothing when a bf16 ZeRO step "
             "is skipped for a non-finite gradient (from 0.19.3, PR #8035), or applies it unchecked (before): check for "
             "overflow and say every skipped step (F34, DeepSpeed#8415)"
+        ),
+    ),
+    GuardRule(
+        "zero1-accumulation-before-0.18.3",
+        "F35",
+        lambda s, v: (
+            s.engine == "deepspeed"
+            and s.zero_stage == 2
+            and (s.manual_accumulation > 1 or s.gradient_accumulation_steps > 1)
+            and (deepspeed := v.get("deepspeed")) is not None
+            and DEEPSPEED_Z2_ACCUMULATION_BROKEN[0] <= deepspeed < DEEPSPEED_Z2_ACCUMULATION_BROKEN[1]
+        ),
+        {"zero_stage": 1},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} (>= {DEEPSPEED_Z2_ACCUMULATION_BROKEN[0]}, < "
+            f"{DEEPSPEED_Z2_ACCUMULATION_BROKEN[1]}): ZeRO-2 applies only the last micro-batch's gradient however it "
+            "accumulates, the boundary said or not (F35, DeepSpeed#7718): ZeRO-1 instead, which accumulates "
+            "correctly there (the gradients are kept whole on every rank: more memory)"
         ),
     ),
     GuardRule(

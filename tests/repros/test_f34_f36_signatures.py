@@ -38,10 +38,16 @@ def test_what_zero2_with_an_8bit_optimizer_did_is_f36_and_not_f35() -> None:
 
 @pytest.mark.parametrize(
     "strategy",
-    ["zero3-fp32-accum-manual", "ddp-fp32-accum-manual", "zero2-fp32-accum-engine", "zero0-fp32-accum-manual"],
+    ["zero3-fp32-accum-manual", "ddp-fp32-accum-manual", "zero2-fp32", "zero0-fp32-accum-manual"],
 )
 def test_a_divergence_of_another_strategy_is_not_f35(strategy: str) -> None:
     assert not F35.signatures[0].matches(DIVERGED, F35_TEXT.replace("zero2-fp32-accum-manual", strategy))
+
+
+@pytest.mark.parametrize("strategy", ["zero2-fp32-ckpt-nr-accum-engine", "zero1-bf16-accum-manual"])
+def test_zero12_accumulating_by_the_engine_or_by_hand_is_f35(strategy: str) -> None:
+    # Before 0.18.3 ZeRO-2 kept the last micro-batch however it accumulated (DeepSpeed#7718).
+    assert F35.signatures[0].matches(DIVERGED, F35_TEXT.replace("zero2-fp32-accum-manual", strategy))
 
 
 @pytest.mark.parametrize("strategy", ["ddp-fp32-adamw8bit", "zero0-fp32-adamw8bit", "zero2-fp32-adamw", "zero2-fp32"])

@@ -48,11 +48,13 @@ def test_affected_deepspeed_gets_reentrant_checkpointing_with_input_grads() -> N
     v = versions(deepspeed="0.19.2")
     guards = choose_guards(F1_SCENARIO, v)
     # 0.19.2 also waits only on the last gather of a coalesced gather (F17).
+    # bf16 ZeRO before 0.19.8 also says every step it skips (F34).
     assert ids(guards) == [
         "use-cache-off",
         "zero3-reentrant-checkpointing",
         "input-require-grads",
         "zero3-wait-every-gather",
+        "say-skipped-steps",
     ]
     effective = apply_guards(F1_SCENARIO, guards)
     assert effective.use_reentrant and effective.input_require_grads and effective.use_cache is False
@@ -159,6 +161,9 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         (F30_SCENARIO, versions(peft="0.18.1", torchao="0.18.0")),
         (F31_SCENARIO, versions(trl="1.6.0")),
         (F32_SCENARIO, versions(transformers="5.0.0")),
+        # F35: ZeRO-2 accumulating by hand (before 0.18.3: ZeRO-1 as well); F36: an 8-bit optimizer under ZeRO.
+        (F35_SCENARIO, versions(deepspeed="0.18.0")),
+        (Scenario(zero_stage=2, optimizer="adamw8bit", gradient_checkpointing=False), v),
     ]
     for rule in GUARDS.values():
         where = [(s, at) for s, at in candidates if rule.applies(s, at)]
@@ -227,10 +232,10 @@ def test_resize_under_zero_init_is_moved_before_partitioning_where_transformers_
 def test_modules_to_save_under_zero3_falls_back_to_zero2_on_deepspeed_before_0_19_3() -> None:
     old = choose_guards(F9_SCENARIO, versions(deepspeed="0.19.2", transformers="4.57.6"))
     # Under ZeRO-2 every parameter is whole on every rank: the gathered save is not needed either.
-    assert ids(old) == ["zero2-for-modules-to-save"]
+    assert ids(old) == ["zero2-for-modules-to-save", "say-skipped-steps"]
     assert apply_guards(F9_SCENARIO, old).zero_stage == 2
     new = choose_guards(F9_SCENARIO, versions(deepspeed="0.19.3", transformers="4.57.6"))
-    assert ids(new) == ["zero3-wait-every-gather", "zero3-gathered-save"]
+    assert ids(new) == ["zero3-wait-every-gather", "zero3-gathered-save", "say-skipped-steps"]
 
 
 @pytest.mark.parametrize(
@@ -265,3 +270,31 @@ def test_a_handle_waits_once_where_sequential_gathers_would_wait_it_again(
     scenario = Scenario(zero_stage=3, gradient_checkpointing=False, zero3_allgather_sequential=sequential)
     guards = choose_guards(scenario, versions(deepspeed=deepspeed))
     assert ("zero3-gather-handles-wait-once" in ids(guards)) is guarded
+
+
+F35_SCENARIO = Scenario(zero_stage=2, manual_accumulation=2)
+
+
+@pytest.mark.parametrize("deepspeed", ["0.17.6", "0.18.0", "0.18.2"])
+def test_zero2_accumulating_before_0_18_3_trains_as_zero1_with_the_boundary_said(deepspeed: str) -> None:
+    # DeepSpeed#7718: ZeRO-2 kept only the last micro-batch there whatever the boundary said (F35's bisect).
+    guards = choose_guards(F35_SCENARIO, versions(deepspeed=deepspeed))
+    assert {"zero1-accumulation-before-0.18.3", "deepspeed-accumulation-boundary"} <= set(ids(guards))
+    effective = apply_guards(F35_SCENARIO, guards)
+    assert effective.zero_stage == 1 and effective.deepspeed_accumulation_boundary
+
+
+@pytest.mark.parametrize("deepspeed", ["0.17.5", "0.18.3", "0.19.8"])
+def test_zero2_accumulating_elsewhere_keeps_zero2_and_says_the_boundary(deepspeed: str) -> None:
+    guards = choose_guards(F35_SCENARIO, versions(deepspeed=deepspeed))
+    assert "zero1-accumulation-before-0.18.3" not in ids(guards)
+    assert apply_guards(F35_SCENARIO, guards).zero_stage == 2
+
+
+def test_zero2_accumulating_by_the_engine_before_0_18_3_trains_as_zero1() -> None:
+    scenario = Scenario(zero_stage=2, gradient_accumulation_steps=2)
+    guards = choose_guards(scenario, versions(deepspeed="0.18.0"))
+    assert "zero1-accumulation-before-0.18.3" in ids(guards)
+    assert "zero1-accumulation-before-0.18.3" not in ids(
+        choose_guards(Scenario(zero_stage=2), versions(deepspeed="0.18.0"))
+    )

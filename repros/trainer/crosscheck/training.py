@@ -280,6 +280,7 @@ def train_strategy(
     import torch.distributed as dist
 
     from repros.trainer.fixed_trainer import _ENGINES, StepCounter, require_packages
+    from repros.trainer.model import scenario_facts
 
     breakage = breakage or Breakage()
     scenario = scenario_of(strategy, seed)
@@ -287,6 +288,9 @@ def train_strategy(
         scenario = overrides(scenario)
     require_packages(scenario)
     model = build(scenario)
+    # What a documented failure's signature reads of the run (F5's: a frozen embedding under reentrant
+    # checkpointing), beneath the strategy's own parts.
+    ctx.facts["scenario_facts"] = {**scenario_facts(scenario, model), **ctx.facts.get("scenario_facts", {})}
     engine = _ENGINES[scenario.engine](scenario, ctx, model)
     adapters = engine.adapters()
     count = StepCounter(engine.client_optimizer)
