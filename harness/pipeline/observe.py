@@ -113,8 +113,16 @@ def _observe(
             finished_at=utc_now(),
             **plan_fields(item),
         )
-    if item.strategy is not None:
-        observation = classify_crosscheck(launch, job.known)
+    # Expectations are looked up by what the ranks imported (the listing's other packages beside).
+    versions = {**env.packages, **versions_seen(env, launch)[0]}
+    device = item_device(launch) or ("cuda" if gpus else "cpu")
+    expected_divergence = (
+        crosscheck_expectation(item.strategy, job.known, versions, device, launch.world_size)
+        if item.strategy is not None
+        else None
+    )
+    if expected_divergence is not None:
+        observation = classify_crosscheck(launch, expected_divergence.naming_first(job.known))
     elif item.runs_as_written:
         own = None if item.scenario is not None else repro.spec
         observation = classify_scenario(own, launch, job.known)
@@ -123,9 +131,6 @@ def _observe(
     damage = _retire_if_damaged(environments, launcher, env, "while the item ran")
     if damage is not None:
         observation = Observation(Outcome.INFRA, error=observation.error, reasons=(damage,))
-    # Expectations are looked up by what the ranks imported (the listing's other packages beside).
-    versions = {**env.packages, **versions_seen(env, launch)[0]}
-    device = item_device(launch) or ("cuda" if gpus else "cpu")
     launched: JsonObject = {"model": item.cell.model}
     if item.mode == "fixed" and not item.runs_as_written:
         launched["workaround"] = OWN_WORKAROUND if repro.spec.pass_rule == "clean-exit" else FIXED_TRAINER
@@ -136,8 +141,8 @@ def _observe(
     if env.repaired:
         launched["environment_repaired"] = env.repaired
     expectation: Expectation | None
-    if item.strategy is not None:
-        expected = crosscheck_expectation(item.strategy, job.known, versions, device, launch.world_size)
+    if expected_divergence is not None:
+        expected = expected_divergence
         launched.update(crosscheck_fields(observation, launch))
         expectation = expected.expectation
         # DIVERGES matches only by the failure expected to make it (a divergence nobody documented is a finding).

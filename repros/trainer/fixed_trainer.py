@@ -158,7 +158,11 @@ class _DeepSpeedEngine(_Engine):
         )
 
     def backward(self, loss: Any) -> None:
-        self.wrapped.backward(loss)
+        if self.scenario.deepspeed_scale_by_hand:
+            # The engine's output hooks then leave the gradient alone (F37's guard).
+            self.wrapped.backward(loss / self.scenario.gradient_accumulation_steps, scale_wrt_gas=False)
+        else:
+            self.wrapped.backward(loss)
 
     def step(self) -> None:
         self.wrapped.step()
@@ -177,9 +181,18 @@ class _DeepSpeedEngine(_Engine):
         from deepspeed.utils import safe_get_full_grad
 
         grad = safe_get_full_grad(param)
-        if grad is None and not hasattr(param, "ds_id"):
-            grad = param.grad
-        return None if grad is None else grad.detach().float().clone()
+        if hasattr(param, "ds_id") or self.scenario.zero_stage != 0:
+            return None if grad is None else grad.detach().float().clone()
+        grad = param.grad if grad is None else grad
+        # Stage 0's mixed-precision wrapper scales the loss (DeepSpeed before 0.19 by 2**16 under bf16 too) and
+        # unscales only as it steps: the gradient as trained is the one it holds divided by its scale.
+        return None if grad is None else grad.detach().float() / _stage0_loss_scale(self.wrapped.optimizer)
+
+
+def _stage0_loss_scale(optimizer: Any) -> float:
+    """The scale DeepSpeed's mixed-precision wrapper of ZeRO stage 0 multiplied the loss by (1 where none)."""
+    scale = getattr(optimizer, "loss_scale", None)
+    return float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
 
 
 def _stage0_master(optimizer: Any, param: Any) -> Any:

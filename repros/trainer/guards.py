@@ -256,6 +256,9 @@ DEEPSPEED_SKIPPED_STEP_LOGGED = Version("0.19.8")
 #: ZeRO-2 keeps only the last micro-batch's gradient however it accumulates (DeepSpeed#7718, #7629), from 0.17.6
 #: until 0.18.3 (bisected, F35's fixed mode).
 DEEPSPEED_Z2_ACCUMULATION_BROKEN = (Version("0.17.6"), Version("0.18.3"))
+#: The engine's output hooks (PR #7665, 0.18.3) divide by gradient_accumulation_steps once per output on the
+#: loss's path until PR #8245 (0.19.6) marks the loss's graph as scaled (F37, bisected).
+DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE = (Version("0.18.3"), Version("0.19.6"))
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
@@ -934,6 +937,26 @@ _BUILT_IN: tuple[GuardRule, ...] = (
             "ZeRO-1/2 with gradient_accumulation_steps 1 takes every backward() as the step's boundary and resets "
             "its gradient accumulator there, so only the last micro-batch of a step is applied (F35, open-instruct "
             "PR #1498): set_gradient_accumulation_boundary(False) before each backward but the last"
+        ),
+    ),
+    GuardRule(
+        "deepspeed-scale-by-hand",
+        "F37",
+        lambda s, v: (
+            s.engine == "deepspeed"
+            and s.trainer_loop == "own"
+            and s.gradient_accumulation_steps > 1
+            and not s.deepspeed_scale_by_hand
+            and (deepspeed := v.get("deepspeed")) is not None
+            and DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[0] <= deepspeed < DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[1]
+        ),
+        {"deepspeed_scale_by_hand": True},
+        lambda v: (
+            f"deepspeed {v.get('deepspeed')} (>= {DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[0]}, < "
+            f"{DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[1]}) divides the gradient by gradient_accumulation_steps once for "
+            "every output of the engine on the loss's path (the loss and the logits it came from), so the model "
+            "trains on a gradient that many times too small (F37, DeepSpeed PR #7665, fixed by PR #8245): the loss "
+            "divided by hand and backward(loss, scale_wrt_gas=False), as transformers' Trainer does"
         ),
     ),
     GuardRule(

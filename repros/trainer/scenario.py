@@ -133,6 +133,9 @@ class Scenario:
     #: DeepSpeed with ``manual_accumulation``: tell the engine which ``backward()`` ends the step
     #: (``set_gradient_accumulation_boundary``), as it documents for such a loop (the F35 guard).
     deepspeed_accumulation_boundary: bool = False
+    #: DeepSpeed accumulating by the engine: the loss divided by ``gradient_accumulation_steps`` by hand and
+    #: ``backward(loss, scale_wrt_gas=False)``, as transformers' Trainer does (the F37 guard).
+    deepspeed_scale_by_hand: bool = False
     #: The loss's gradient is not finite at this step (0-based), the loss itself finite: a masked term that
     #: ``torch.where`` selects away over ``log(0)`` (an RL loss's masked token), whose backward is NaN (F34).
     nonfinite_grad_at_step: int | None = None

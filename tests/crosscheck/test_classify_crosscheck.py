@@ -114,3 +114,23 @@ def test_a_strategy_a_documented_failure_makes_diverge_is_expected_to_where_its_
     )
     assert crosscheck_expectation("zero2-bf16", [spec], {"deepspeed": "0.19.8"}).expectation.outcome == Outcome.AGREES
     assert crosscheck_expectation("zero3-bf16", [spec], old).expectation.outcome == Outcome.AGREES
+
+
+def test_where_two_failures_signatures_match_the_one_expected_there_names_the_divergence() -> None:
+    # ZeRO-2 accumulating by the engine diverged on deepspeed 0.19.2: F35's signature (ZeRO-1/2 accumulating)
+    # matches as F37's does (the engine accumulating), and F37 is the one expected there.
+    from repros.catalog.f35_zero2_manual_accumulation_last_only import SPEC as F35
+    from repros.catalog.f37_deepspeed_gas_scaled_per_output import SPEC as F37
+
+    message = (
+        "zero2-fp32-ckpt-nr-accum-engine trains unlike one process: grad_norm at step 0: 0.252 against the "
+        "reference's 0.504, relative difference 0.5 > tolerance 2.955e-05"
+    )
+    raised = rank_record(0, "error", phase="run", error={"type": DIVERGENCE_EXCEPTION, "message": message})
+    launch = failed_launch({0: raised, 1: agreed(1)})
+    known = [F1, F35, F37]
+    assert classify_crosscheck(launch, known).signature == "F35.last-micro-batch-only"  # catalog order alone
+    expected = crosscheck_expectation("zero2-fp32-ckpt-nr-accum-engine", known, {"deepspeed": "0.19.2"})
+    assert expected.spec is F37
+    observation = classify_crosscheck(launch, expected.naming_first(known))
+    assert observation.signature == "F37.gas-scaled-per-output" and expected.names(observation.signature)

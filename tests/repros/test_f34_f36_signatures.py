@@ -13,6 +13,7 @@ from harness.config.repros import discover
 from repros.catalog.f34_zero_bf16_silent_skipped_step import SPEC as F34
 from repros.catalog.f35_zero2_manual_accumulation_last_only import SPEC as F35
 from repros.catalog.f36_8bit_state_by_shard_size import SPEC as F36
+from repros.catalog.f37_deepspeed_gas_scaled_per_output import SPEC as F37
 
 RECORDED = Path(__file__).resolve().parent.parent / "support" / "recorded"
 SKIPPED = "repros.trainer.silent_failures.OptimizerStepSkippedSilently"
@@ -20,6 +21,7 @@ DIVERGED = "repros.trainer.silent_failures.TrainsUnlikeOneProcess"
 F34_TEXT = (RECORDED / "f34_skipped_silently_deepspeed-0.19.3_torch-2.13.0.txt").read_text()
 F35_TEXT = (RECORDED / "f35_last_micro_batch_deepspeed-0.19.8_torch-2.13.0.txt").read_text()
 F36_TEXT = (RECORDED / "f36_state_by_shard_bitsandbytes-0.50.2_deepspeed-0.19.8.txt").read_text()
+F37_TEXT = (RECORDED / "f37_gas_scaled_per_output_deepspeed-0.19.2_torch-2.13.0.txt").read_text()
 
 
 def test_what_deepspeed_0_19_3_did_is_f34() -> None:
@@ -88,3 +90,17 @@ def test_explain_names_f35_and_f36_from_a_crosscheck_finding_pasted() -> None:
     for text, repro in ((F35_TEXT, "F35"), (F36_TEXT, "F36")):
         pasted = f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n{DIVERGED}: {text}'
         assert _explained(pasted) == [repro]
+
+
+def test_what_zero1_accumulating_by_the_engine_did_on_deepspeed_0_19_2_is_f37_and_not_f36() -> None:
+    assert F37.signatures[0].matches(DIVERGED, F37_TEXT)
+    assert not F36.signatures[0].matches(DIVERGED, F37_TEXT)
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    ["zero1-fp32-accum-manual", "zero3-fp32-accum-engine", "ddp-fp32-accum-engine", "fsdp2-fp32-accum-engine"],
+)
+def test_a_divergence_the_engines_hooks_do_not_cause_is_not_f37(strategy: str) -> None:
+    # By hand the hooks see a loss scaled once; ZeRO-3 agreed; DDP and FSDP have no such hooks.
+    assert not F37.signatures[0].matches(DIVERGED, F37_TEXT.replace("zero1-fp32-accum-engine", strategy))

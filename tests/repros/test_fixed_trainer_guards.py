@@ -164,6 +164,8 @@ def test_every_guard_applies_somewhere_and_its_effect_switches_it_off() -> None:
         # F35: ZeRO-2 accumulating by hand (before 0.18.3: ZeRO-1 as well); F36: an 8-bit optimizer under ZeRO.
         (F35_SCENARIO, versions(deepspeed="0.18.0")),
         (Scenario(zero_stage=2, optimizer="adamw8bit", gradient_checkpointing=False), v),
+        # F37: DeepSpeed's engine accumulating, on the releases whose output hooks scale per output.
+        (Scenario(zero_stage=1, gradient_accumulation_steps=2, gradient_checkpointing=False), v),
     ]
     for rule in GUARDS.values():
         where = [(s, at) for s, at in candidates if rule.applies(s, at)]
@@ -298,3 +300,17 @@ def test_zero2_accumulating_by_the_engine_before_0_18_3_trains_as_zero1() -> Non
     assert "zero1-accumulation-before-0.18.3" not in ids(
         choose_guards(Scenario(zero_stage=2), versions(deepspeed="0.18.0"))
     )
+
+
+@pytest.mark.parametrize(
+    ("deepspeed", "guarded"), [("0.18.2", False), ("0.18.3", True), ("0.19.5", True), ("0.19.6", False)]
+)
+def test_the_engine_accumulating_on_releases_that_scale_per_output_divides_the_loss_by_hand(
+    deepspeed: str, guarded: bool
+) -> None:
+    scenario = Scenario(zero_stage=1, gradient_accumulation_steps=2)
+    guards = choose_guards(scenario, versions(deepspeed=deepspeed))
+    assert ("deepspeed-scale-by-hand" in ids(guards)) is guarded
+    assert apply_guards(scenario, guards).deepspeed_scale_by_hand is guarded
+    # By hand (gradient_accumulation_steps 1) nothing is divided twice.
+    assert "deepspeed-scale-by-hand" not in ids(choose_guards(Scenario(zero_stage=1), versions(deepspeed=deepspeed)))
