@@ -16,7 +16,7 @@ bug:   ZeRO-1, float32, two micro-batches per step accumulated by the engine (``
        ``engine.backward(outputs.loss)`` and ``engine.step()`` after each), held against one process training
        the same adapter on the same global batch (``crosscheck``'s comparison).
 fixed: the same through the fixed trainer's guard: the loss divided by hand and
-       ``backward(loss, scale_wrt_gas=False)``.
+       ``backward(loss, scale_wrt_gas=False)`` (from 0.18.4: 0.18.3's hooks divide whatever it says, FAIL).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ _ESTABLISHED = (
     "norm half the reference's (0.252 against 0.504), the one accumulating by hand agreed; python -m harness bisect "
     "--repro crosscheck --mode zero2-fp32-ckpt-nr-accum-engine --package deepspeed --good 0.19.8 --bad 0.19.2 -> "
     "first good: deepspeed==0.19.6 (0.19.2, 0.19.5 DIVERGES; 0.19.6, 0.19.8 AGREES); python -m harness run "
-    "--cells current --repros F37 --pin deepspeed==X"
+    "--cells current --repros F37 --pin deepspeed==X: REPRODUCED with 0.18.3, 0.19.2 and 0.19.5, NOT_REPRODUCED "
+    "with 0.18.0, 0.18.2, 0.19.6 and 0.19.8; the guard PASS on 0.19.2 and 0.19.5, FAIL on 0.18.3 (its hooks "
+    "ignore scale_wrt_gas, read from the 0.18.3 to 0.18.6 sources)"
 )
 _CROSSCHECKED = (
     _ESTABLISHED + "; crosscheck --cells current --pin deepspeed==0.18.2 / ==0.18.3 --strategies "
@@ -103,7 +105,18 @@ SPEC = ReproSpec(
             observed={"deepspeed": ("0.18.0", "0.18.2")},
             established_on="cpu",
         ),
-        Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
+        Expectation("fixed", Outcome.PASS, {"deepspeed": "!=0.18.3"}, established_by=_ESTABLISHED),
+        Expectation(
+            "fixed",
+            Outcome.FAIL,
+            {"deepspeed": "==0.18.3"},
+            established_by=_ESTABLISHED,
+            note="0.18.3's hooks divide whatever backward's scale_wrt_gas says (0.18.4 honours it), so no loop can "
+            "undo them: the guard leaves it, and the gradient stays too small (upgrade to 0.18.4 or later, or "
+            "accumulate by hand)",
+            observed={"deepspeed": ("0.18.3",)},
+            established_on="cpu",
+        ),
     ),
     depends_on=("torch", "deepspeed", "peft", "transformers"),
     depends_on_why=(

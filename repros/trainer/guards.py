@@ -259,6 +259,9 @@ DEEPSPEED_Z2_ACCUMULATION_BROKEN = (Version("0.17.6"), Version("0.18.3"))
 #: The engine's output hooks (PR #7665, 0.18.3) divide by gradient_accumulation_steps once per output on the
 #: loss's path until PR #8245 (0.19.6) marks the loss's graph as scaled (F37, bisected).
 DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE = (Version("0.18.3"), Version("0.19.6"))
+#: From 0.18.4 the hooks leave the gradient alone under ``backward(loss, scale_wrt_gas=False)`` (0.18.3 divides
+#: whatever it says: no loop can undo it there).
+DEEPSPEED_HOOKS_HONOUR_SCALE_WRT_GAS = Version("0.18.4")
 
 #: Installed versions the guards look at: package name -> version (None: not installed).
 Versions = Mapping[str, Version | None]
@@ -948,7 +951,7 @@ _BUILT_IN: tuple[GuardRule, ...] = (
             and s.gradient_accumulation_steps > 1
             and not s.deepspeed_scale_by_hand
             and (deepspeed := v.get("deepspeed")) is not None
-            and DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[0] <= deepspeed < DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[1]
+            and DEEPSPEED_HOOKS_HONOUR_SCALE_WRT_GAS <= deepspeed < DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[1]
         ),
         {"deepspeed_scale_by_hand": True},
         lambda v: (

@@ -303,7 +303,8 @@ def test_zero2_accumulating_by_the_engine_before_0_18_3_trains_as_zero1() -> Non
 
 
 @pytest.mark.parametrize(
-    ("deepspeed", "guarded"), [("0.18.2", False), ("0.18.3", True), ("0.19.5", True), ("0.19.6", False)]
+    ("deepspeed", "guarded"),
+    [("0.18.2", False), ("0.18.3", False), ("0.18.4", True), ("0.19.5", True), ("0.19.6", False)],
 )
 def test_the_engine_accumulating_on_releases_that_scale_per_output_divides_the_loss_by_hand(
     deepspeed: str, guarded: bool
