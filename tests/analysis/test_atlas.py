@@ -228,7 +228,7 @@ def test_the_newer_paths_draw_the_boundaries_their_bisects_found(tmp_path: Path)
         ],
     )
     atlas = assemble(DISCOVERY, read_sources([run], DISCOVERY))
-    assert len(atlas.failures) == len(DISCOVERY.repros) == 36
+    assert len(atlas.failures) == len(DISCOVERY.repros) == 37
 
     def fixed(failure: str, package: str) -> tuple[str | None, str | None]:
         entry = atlas.failure(failure)
