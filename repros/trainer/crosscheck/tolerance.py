@@ -116,8 +116,11 @@ class Tolerance:
         if quantity in EXACT:
             return 0.0
         if quantity == "initial_weight":
-            # Both begin from the same draw of the seed, rounded alike: only float32's own unit.
-            return KAPPA[quantity] * UNIT_ROUNDOFF["fp32"]
+            # Both begin from the same draw of the seed: only float32's own unit; where the weights are kept in
+            # bf16 beside float32 masters, a wrapper may take its masters before the cast or after it (DeepSpeed's
+            # ZeRO-0 with AdamW takes them before, ZeRO-1 to 3 after): one bf16 rounding.
+            unit = UNIT_ROUNDOFF["bf16"] if self.regime == "bf16-weights" else UNIT_ROUNDOFF["fp32"]
+            return KAPPA[quantity] * unit
         bound = KAPPA[quantity] * (step + 1) * (self.compute_unit + self.reduction_unit)
         if quantity in STORED and math.isfinite(stored_ratio):
             bound += (step + 1) * UNIT_ROUNDOFF[stored] * stored_ratio
