@@ -92,6 +92,13 @@ def test_explain_names_f35_and_f36_from_a_crosscheck_finding_pasted() -> None:
         assert _explained(pasted) == [repro]
 
 
+def test_explain_names_f37_and_f35_from_a_zero1_engine_accumulation_finding_pasted() -> None:
+    # Both shapes of lost gradient fit a ZeRO-1 strategy whose engine accumulates: F35's (0.17.6 - 0.18.2) and F37's
+    # (0.18.3 - 0.19.5); a log says no release, so both are named.
+    pasted = f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n{DIVERGED}: {F37_TEXT}'
+    assert sorted(_explained(pasted)) == ["F35", "F37"]
+
+
 def test_what_zero1_accumulating_by_the_engine_did_on_deepspeed_0_19_2_is_f37_and_not_f36() -> None:
     assert F37.signatures[0].matches(DIVERGED, F37_TEXT)
     assert not F36.signatures[0].matches(DIVERGED, F37_TEXT)
