@@ -95,7 +95,7 @@ def folded(out: Path, discovery: Discovery, write: bool = True) -> AtlasFile:
     sources = read_sources([*([out] if kept.is_file() else []), *new], discovery)
     atlas = assemble(discovery, sources)
     if write:
-        write_build(out, atlas, sources)
+        write_build(out, atlas, sources, discovery)
     return atlas
 
 

@@ -20,9 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis.atlas.build import assemble
-from harness.analysis.atlas.evidence import read_sources
-from harness.analysis.atlas.model import ATLAS_FILE, BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
+from harness.analysis.atlas.model import BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
 from harness.analysis.atlas.regions import Where, inside, matching_stack, observed_text, outside, verdict_of
 from harness.analysis.explain.match import cost_lines, guard_lines
 from harness.config.repros import Discovery
@@ -71,12 +69,6 @@ def where_of(stack: Stack, device: str | None, world_size: int | None, family: s
         world_size=world_size,
         family=family,
     )
-
-
-def load_atlas(discovery: Discovery, atlas_dir: Path | None, directories: Sequence[Path]) -> AtlasFile:
-    """The catalog with what the atlas directory keeps (where it has an ``atlas.json``) and ``directories`` hold."""
-    dirs = [atlas_dir] if atlas_dir is not None and (atlas_dir / ATLAS_FILE).is_file() else []
-    return assemble(discovery, read_sources([*dirs, *directories], discovery))
 
 
 def _short(command: str) -> str:

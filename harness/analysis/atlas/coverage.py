@@ -47,6 +47,10 @@ class PackageCoverage:
     other: tuple[str, ...]
     #: For each bad release: the other packages' releases it was proven bad under (``torch==2.5.1, peft==0.14.0``).
     bad_under: dict[str, list[str]] = field(default_factory=dict)
+    #: The stretches one claim of the failure proved bad along this package's own range (lowest, highest, and the
+    #: first good release of a boundary drawn right after it, or None): what is proven between two releases, not
+    #: only at them (a release run alone proves itself only).
+    bad_stretches: tuple[tuple[str, str, str | None], ...] = ()
 
     def releases(self) -> list[str]:
         return sorted({*self.bad, *self.good, *self.other}, key=release_key)
@@ -76,12 +80,16 @@ def coverage(entry: FailureEntry) -> list[PackageCoverage]:
     for package in entry.depends_on:
         sets: dict[str, set[str]] = {BAD: set(), GOOD: set(), OTHER: set()}
         under: dict[str, set[str]] = {}
+        spans: set[tuple[str, str, str | None]] = set()
         for claim in trusted:
             verdict = verdict_of(claim.outcome)
             if verdict not in sets:
                 continue
             releases = claim_releases(claim, package)
             sets[verdict].update(releases)
+            if verdict == BAD and package in claim.when and releases:
+                ordered = sorted(releases, key=release_key)
+                spans.add((ordered[0], ordered[-1], _fixed_after(entry, package, claim.when[package], ordered[-1])))
             if verdict == BAD:
                 for release in releases:
                     under.setdefault(release, set()).update(
@@ -94,26 +102,32 @@ def coverage(entry: FailureEntry) -> list[PackageCoverage]:
                 good=tuple(sorted(sets[GOOD], key=release_key)),
                 other=tuple(sorted(sets[OTHER], key=release_key)),
                 bad_under={k: sorted(v) for k, v in under.items()},
+                bad_stretches=tuple(sorted(spans, key=lambda s: (release_key(s[0]), release_key(s[1])))),
             )
         )
     return found
 
 
-def stretches(bad: Iterable[str], good: Iterable[str]) -> list[tuple[str, str | None, str]]:
-    """The runs of proven-bad releases among every proven release, oldest first: (the first bad, the first good
-    after the run or None, the last bad). A release proven both ways ends nothing."""
-    bad_set, good_set = set(bad), set(good) - set(bad)
-    ordered = sorted(bad_set | good_set, key=release_key)
-    runs: list[tuple[str, str | None, str]] = []
-    start: str | None = None
-    last: str | None = None
-    for release in ordered:
-        if release in bad_set:
-            start = start or release
-            last = release
-        elif start is not None and last is not None:
-            runs.append((start, release, last))
-            start = last = None
-    if start is not None and last is not None:
-        runs.append((start, None, last))
-    return runs
+def _fixed_after(entry: FailureEntry, package: str, spec: str, last: str) -> str | None:
+    """The first good release of a proven boundary drawn right after ``last`` (a bisect's, whose last bad it is),
+    or at the end of the range ``spec`` itself (the catalog's, drawn from that claim)."""
+    for b in entry.boundaries:
+        if b.package != package or b.kind != "fixed" or b.status != "proven" or not b.first_good:
+            continue
+        if b.last_bad == last or (b.last_bad is None and b.bad == spec):
+            return b.first_good
+    return None
+
+
+def stretches(spans: Iterable[tuple[str, str, str | None]]) -> list[tuple[str, str | None, str]]:
+    """Each stretch proven bad (lowest, highest, the release a boundary says fixed it right after), overlapping
+    ones joined, oldest first, as (the first bad, the fix or None, the last bad). Only a boundary says nothing lies
+    between a bad release and a good one: two releases run apart say nothing of those between."""
+    joined: list[list[str | None]] = []
+    for low, high, fixed in sorted(spans, key=lambda s: (release_key(s[0]), release_key(s[1]))):
+        if joined and release_key(low) <= release_key(str(joined[-1][1])):
+            if release_key(high) >= release_key(str(joined[-1][1])):
+                joined[-1][1], joined[-1][2] = high, fixed
+        else:
+            joined.append([low, high, fixed])
+    return [(str(low), fixed, str(high)) for low, high, fixed in joined]

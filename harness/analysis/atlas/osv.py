@@ -2,12 +2,17 @@
 other tools (scanners, dependency bots) can read the atlas.
 
 Each record's ``affected`` has one entry per package that decides the failure (``depends_on``), on PyPI: its
-``versions`` are the releases proven bad (``coverage.py``), its ``ECOSYSTEM`` ranges the stretches of them, each
-from the first release proven bad (``introduced``) to the first proven good after it (``fixed``) or, where none
-was, to the last proven bad (``last_affected``): never further than runs proved. An OSV range holds for one
-package alone; the atlas's claims hold for combinations, so each entry's ``database_specific`` names, per bad
-release, the other packages it was proven bad under, and the record's ``database_specific.combinations`` holds
-every claim (its ranges, the stacks it was proven under, device, world sizes, family, evidence's commands).
+``versions`` are the releases proven bad (``coverage.py``: every release a run, a range's observation or a
+stack it was proven under names), its ``ECOSYSTEM`` ranges the stretches one claim proved bad along that
+package's own range, each from its lowest observed release (``introduced``) to the first good release of a
+boundary drawn right after it (``fixed``) or, where none is, to its highest (``last_affected``): never further
+than runs proved. A
+release may be proven bad in one combination and good in another (``proven_good`` lists it too).
+
+An OSV range holds for one package alone; the atlas's claims hold for combinations, so each entry's
+``database_specific`` names, per bad release, the other packages it was proven bad under, and the record's
+``database_specific.combinations`` holds every claim (its ranges, the stacks it was proven under, device,
+world sizes, family, evidence's commands).
 
 Every record is checked against OSV's own schema before it is written (``osv.schema.json``, OSV schema 1.7.5,
 vendored with its licence, ``osv.schema.LICENSE``, Apache-2.0), save its registry of home databases: an id
@@ -87,7 +92,7 @@ def record(entry: FailureEntry, atlas: AtlasFile, upstream: tuple[str, ...] = ()
         if not covered.bad:
             continue
         events_list = []
-        for first, fixed, last in stretches(covered.bad, covered.good):
+        for first, fixed, last in stretches(covered.bad_stretches):
             end = {"fixed": fixed} if fixed is not None else {"last_affected": last}
             events_list.append({"type": "ECOSYSTEM", "events": [{"introduced": first}, end]})
         affected.append(

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.atlas.build import assemble, build_atlas, write_build
-from harness.analysis.atlas.check import UNKNOWN, check_stack, exit_status, load_atlas, nothing_answered, where_of
+from harness.analysis.atlas.build import assemble, build_atlas, load_atlas, write_build
+from harness.analysis.atlas.check import UNKNOWN, check_stack, exit_status, nothing_answered, where_of
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.model import ATLAS_FILE
 from harness.analysis.atlas.osv import write_osv
@@ -305,7 +305,7 @@ def _check(args: argparse.Namespace, discovery: Discovery, console: Console, arg
         kept = [atlas_dir] if (atlas_dir / ATLAS_FILE).is_file() else []
         sources = read_sources([*kept, run_path, *args.sources], discovery)
         atlas = assemble(discovery, sources)
-        write_build(atlas_dir, atlas, sources)
+        write_build(atlas_dir, atlas, sources, discovery)
         answers = check_stack(atlas, discovery, stack, where, repros, args.reports_dir)
         err.print(f"kept in {atlas_dir / ATLAS_FILE}: the run {run_path}", highlight=False, markup=False)
     for a in answers:
