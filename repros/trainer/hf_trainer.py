@@ -156,6 +156,16 @@ def _full_fp32(params: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def _deepspeed_dropped_on_cpu() -> bool:
+    """Whether this accelerate runs the Trainer without DeepSpeed when told to use the CPU (before 1.0 its
+    ``PartialState(cpu=True)`` never takes DeepSpeed: the Trainer wraps the model in DDP, its ZeRO-3 weights
+    empty). There, not saying ``use_cpu`` lets DeepSpeed's CPU accelerator place the ranks on the CPU."""
+    import accelerate
+    from packaging.version import Version
+
+    return Version(accelerate.__version__) < Version("1.0")
+
+
 def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -> Trained:
     """Train ``scenario`` (guards already applied) with transformers' ``Trainer``; the same facts as
     the own loop go to ``ctx.facts``."""
@@ -177,7 +187,7 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
             warmup_steps=warmup_steps,
             learning_rate=scenario.learning_rate,
             bf16=scenario.bf16,
-            use_cpu=ctx.device_type == "cpu",
+            use_cpu=ctx.device_type == "cpu" and not _deepspeed_dropped_on_cpu(),
             deepspeed=trainer_deepspeed_config(scenario),
             report_to=[],
             save_strategy="no",
