@@ -35,6 +35,7 @@ from harness.analysis.atlas.build import assemble, write_build
 from harness.analysis.atlas.check import AFFECTED, NOT_AFFECTED, check_stack, where_of
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.model import ATLAS_FILE, AtlasFile, read_atlas
+from harness.analysis.atlas.regions import contains
 from harness.analysis.atlas.survey import SurveyStack
 from harness.analysis.atlas.survey_plan import (
     Disagreement,
@@ -115,63 +116,8 @@ def describe_plan(envs: Sequence[Environment], console: Console) -> None:
         console.print(f"  {env.describe()}", highlight=False, markup=False)
 
 
-def _still_open(opts: SurveyOptions, atlas: AtlasFile, discovery: Discovery, env: Environment) -> list[str]:
-    """The failures ``env`` still has a question to answer for (an earlier environment may have answered some)."""
-    mine = [s for s in opts.stacks if s.id in env.answers_for]
-    open_ = questions(atlas, discovery, mine, env.failures, opts.device)
-    return [
-        f
-        for f in env.failures
-        if any(q.failure == f and key_of(env.stack, discovery.repros[f].spec.deciding_packages) == q.key for q in open_)
-    ]
-
-
-def _run(
-    opts: SurveyOptions,
-    discovery: Discovery,
-    make_run: RunFactory,
-    console: Console,
-    stack: Stack,
-    day: str,
-    failures: Sequence[str],
-    what: str,
-) -> tuple[int, Path | None]:
-    specs = [discovery.repros[f].spec for f in failures]
-    matrix = stack_matrix(stack, specs, opts.out, passthrough=False, as_of=day, what=what)
-    console.print(f"running {','.join(failures)} in {what} ({matrix})", highlight=False, markup=False)
-    return run_stack(make_run(matrix, failures, None), console, opts.argv)
-
-
-def prove_stacks(
-    opts: SurveyOptions, discovery: Discovery, make_run: RunFactory, console: Console, atlas: AtlasFile
-) -> tuple[int, AtlasFile]:
-    """Run each planned environment, the atlas rebuilt after each; stops at an interruption."""
-    envs = plan(opts, atlas, discovery)
-    describe_plan(envs, console)
-    for env in envs:
-        failures = _still_open(opts, atlas, discovery, env)
-        if not failures:
-            console.print(f"{env.stack.id}: answered meanwhile, nothing to run", highlight=False, markup=False)
-            continue
-        what = f"surveyed stack {env.stack.id} ({env.stack.source.text()})"
-        status, path = _run(opts, discovery, make_run, console, env.stack.stack, env.stack.date, failures, what)
-        atlas = folded(opts.out, discovery)
-        if status == EXIT_INTERRUPTED or path is None:
-            return status, atlas
-    return 0, atlas
-
-
-def _later(a: str, b: str) -> str:
-    return max(a, b)
-
-
 def _name(d: Disagreement) -> str:
     return f"{d.failure}-{d.affected.id}-{d.clean.id}"
-
-
-def _verdict(atlas: AtlasFile, discovery: Discovery, stack: Stack, failure: str, device: str) -> str:
-    (answer,) = check_stack(atlas, discovery, stack, where_of(stack, device, None, None), [failure])
-    return answer.verdict
 
 
 def _version(text: str | None) -> Version | None:
@@ -190,137 +136,162 @@ def _known_first(atlas: AtlasFile, d: Disagreement) -> list[str]:
     return sorted(movable, key=lambda p: (p not in known, p == "torch", p))
 
 
-def find_package(
-    opts: SurveyOptions,
-    discovery: Discovery,
-    make_run: RunFactory,
-    console: Console,
-    atlas: AtlasFile,
-    d: Disagreement,
-) -> tuple[str | None, AtlasFile, list[str]]:
-    """The deciding package whose move alone (in the affected stack, to the clean stack's release) clears the
-    failure; each move a real run. None where none does alone."""
-    tried: list[str] = []
-    day = _later(d.affected.date, d.clean.date)
-    for package in _known_first(atlas, d):
-        release = d.clean.stack.versions[package]
-        moved = Stack(
-            source=f"{d.affected.id} with {package}=={release}",
-            versions={**d.affected.stack.versions, package: release},
-        )
-        verdict = _verdict(atlas, discovery, moved, d.failure, opts.device)
-        if verdict not in (AFFECTED, NOT_AFFECTED):
-            what = f"{d.affected.id} with {package} moved alone to {release} (as {d.clean.id} has it)"
-            status, _ = _run(opts, discovery, make_run, console, moved, day, [d.failure], what)
-            atlas = folded(opts.out, discovery)
-            if status == EXIT_INTERRUPTED:
-                return None, atlas, tried
-            verdict = _verdict(atlas, discovery, moved, d.failure, opts.device)
-        tried.append(f"{package} {d.affected.stack.versions[package]} -> {release}: {verdict}")
-        if verdict == NOT_AFFECTED:
-            return package, atlas, tried
-    return None, atlas, tried
+@dataclass
+class Survey:
+    """One survey under way: its options, the catalog, how a run is made, where it speaks, and the atlas so far."""
 
+    opts: SurveyOptions
+    discovery: Discovery
+    make_run: RunFactory
+    console: Console
+    atlas: AtlasFile
 
-def bisect_disagreement(
-    opts: SurveyOptions,
-    discovery: Discovery,
-    make_run: RunFactory,
-    console: Console,
-    atlas: AtlasFile,
-    d: Disagreement,
-) -> AtlasFile:
-    """Find the package that moved and bisect it to a boundary under the affected stack's other packages."""
-    where = opts.out / BISECTS_DIR / _name(d)
-    if (where / BISECT_FILE).is_file() or (where / NOTE_FILE).is_file():
-        return atlas  # looked into already (a survey resumed)
-    console.print(f"disagreement: {d.describe()}", highlight=False, markup=False)
-    package: str | None
-    tried: list[str] = []
-    if len(d.moved) == 1:
-        (package,) = d.moved
-    else:
-        package, atlas, tried = find_package(opts, discovery, make_run, console, atlas, d)
-    note: dict[str, object] = {"disagreement": d.describe(), "moved alone": tried}
-    bad, good = d.affected.stack.versions.get(package or ""), d.clean.stack.versions.get(package or "")
-    if package is None or _version(bad) is None or _version(good) is None:
-        note["result"] = "no single package clears it alone: the boundary lies in a combination; left unknown"
-        where.mkdir(parents=True, exist_ok=True)
-        (where / NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n", encoding="utf-8")
-        console.print(f"  {note['result']}", highlight=False, markup=False)
-        return atlas
-    assert bad is not None and good is not None
-    spec = discovery.repros[d.failure].spec
-    what = f"{d.affected.id}, the base of a bisect of {package} for {d.failure}"
-    matrix = stack_matrix(
-        d.affected.stack, [spec], opts.out, passthrough=False, as_of=_later(d.affected.date, d.clean.date), what=what
-    )
-    run = make_run(matrix, [d.failure], where)
-    console.print(f"bisecting {package} {bad} -> {good} for {d.failure} under {d.affected.id}", highlight=False)
-    try:
-        report = run_bisect(
-            BisectOptions(
-                run=run,
-                repro=d.failure,
-                mode="bug",
-                package=package,
-                good=str(Version(good).public),
-                bad=str(Version(bad).public),
-                cell=CELL,
-            ),
-            console,
+    def say(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    def run(self, stack: Stack, day: str, failures: Sequence[str], what: str) -> tuple[int, Path | None]:
+        """``failures``' bug mode in ``stack`` (everything else resolved as of ``day``); the atlas folded after."""
+        specs = [self.discovery.repros[f].spec for f in failures]
+        matrix = stack_matrix(stack, specs, self.opts.out, passthrough=False, as_of=day, what=what)
+        self.say(f"running {','.join(failures)} in {what} ({matrix})")
+        status, path = run_stack(self.make_run(matrix, failures, None), self.console, self.opts.argv)
+        self.atlas = folded(self.opts.out, self.discovery)
+        return status, path
+
+    def verdict(self, stack: Stack, failure: str) -> str:
+        (answer,) = check_stack(
+            self.atlas, self.discovery, stack, where_of(stack, self.opts.device, None, None), [failure]
         )
-    except UserError as exc:  # a release not on the index, endpoints that are one release: said, not fatal
-        note["result"] = f"not bisected: {exc}"
+        return answer.verdict
+
+    def still_open(self, env: Environment) -> list[str]:
+        """The failures ``env`` still has a question to answer for (an earlier environment may have answered some)."""
+        mine = [s for s in self.opts.stacks if s.id in env.answers_for]
+        open_ = questions(self.atlas, self.discovery, mine, env.failures, self.opts.device)
+        deciding = {f: key_of(env.stack, self.discovery.repros[f].spec.deciding_packages) for f in env.failures}
+        return [f for f in env.failures if any(q.failure == f and deciding[f] == q.key for q in open_)]
+
+    def prove_stacks(self) -> int:
+        """Run each planned environment, the atlas rebuilt after each; stops at an interruption."""
+        envs = plan(self.opts, self.atlas, self.discovery)
+        describe_plan(envs, self.console)
+        for env in envs:
+            failures = self.still_open(env)
+            if not failures:
+                self.say(f"{env.stack.id}: answered meanwhile, nothing to run")
+                continue
+            what = f"surveyed stack {env.stack.id} ({env.stack.source.text()})"
+            status, path = self.run(env.stack.stack, env.stack.date, failures, what)
+            if status == EXIT_INTERRUPTED or path is None:
+                return status
+        return 0
+
+    def find_package(self, d: Disagreement) -> tuple[str | None, list[str]]:
+        """The deciding package whose move alone (in the affected stack, to the clean stack's release) clears the
+        failure, each move a real run (None where none does alone); and what each move showed."""
+        tried: list[str] = []
+        for package in _known_first(self.atlas, d):
+            release = d.clean.stack.versions[package]
+            moved = Stack(
+                source=f"{d.affected.id} with {package}=={release}",
+                versions={**d.affected.stack.versions, package: release},
+            )
+            verdict = self.verdict(moved, d.failure)
+            if verdict not in (AFFECTED, NOT_AFFECTED):
+                what = f"{d.affected.id} with {package} moved alone to {release} (as {d.clean.id} has it)"
+                status, _ = self.run(moved, max(d.affected.date, d.clean.date), [d.failure], what)
+                if status == EXIT_INTERRUPTED:
+                    return None, tried
+                verdict = self.verdict(moved, d.failure)
+            tried.append(f"{package} {d.affected.stack.versions[package]} -> {release}: {verdict}")
+            if verdict == NOT_AFFECTED:
+                return package, tried
+        return None, tried
+
+    def bisect(self, d: Disagreement) -> None:
+        """Find the package that moved and bisect it to a boundary under the affected stack's other packages;
+        what was found noted in ``bisects/<name>/survey.json``."""
+        where = self.opts.out / BISECTS_DIR / _name(d)
+        if (where / BISECT_FILE).is_file() or (where / NOTE_FILE).is_file():
+            return  # looked into already (a survey resumed)
+        self.say(f"disagreement: {d.describe()}")
+        package, tried = (next(iter(d.moved)), []) if len(d.moved) == 1 else self.find_package(d)
+        note: dict[str, object] = {"disagreement": d.describe(), "moved alone": tried}
+        bad, good = d.affected.stack.versions.get(package or ""), d.clean.stack.versions.get(package or "")
+        if package is None or bad is None or good is None or _version(bad) is None or _version(good) is None:
+            self._note(where, note, "no single package clears it alone: the boundary lies in a combination")
+            return
+        spec = self.discovery.repros[d.failure].spec
+        matrix = stack_matrix(
+            d.affected.stack,
+            [spec],
+            self.opts.out,
+            passthrough=False,
+            as_of=max(d.affected.date, d.clean.date),
+            what=f"{d.affected.id}, the base of a bisect of {package} for {d.failure}",
+        )
+        self.say(f"bisecting {package} {bad} -> {good} for {d.failure} under {d.affected.id}")
+        try:
+            report = run_bisect(
+                BisectOptions(
+                    run=self.make_run(matrix, [d.failure], where),
+                    repro=d.failure,
+                    mode="bug",
+                    package=package,
+                    good=str(Version(good).public),
+                    bad=str(Version(bad).public),
+                    cell=CELL,
+                ),
+                self.console,
+            )
+        except UserError as exc:  # a release not on the index, endpoints that are one release: said, not fatal
+            self._note(where, note, f"not bisected: {exc}")
+            return
+        self._note(where, note, report.final if report.status == FOUND else f"{report.status}: {report.final}")
+        self.atlas = folded(self.opts.out, self.discovery)
+
+    def _note(self, where: Path, note: dict[str, object], result: str) -> None:
         where.mkdir(parents=True, exist_ok=True)
-        (where / NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n", encoding="utf-8")
-        console.print(f"  {note['result']}", highlight=False, markup=False)
-        return atlas
-    console.print(f"  {report.final}", highlight=False, markup=False)
-    note["result"] = report.final if report.status == FOUND else f"{report.status}: {report.final}"
-    (where / NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n", encoding="utf-8")
-    return folded(opts.out, discovery)
+        (where / NOTE_FILE).write_text(json.dumps({**note, "result": result}, indent=1) + "\n", encoding="utf-8")
+        self.say(f"  {result}")
 
 
 def run_survey(opts: SurveyOptions, discovery: Discovery, make_run: RunFactory, console: Console) -> int:
     """The survey of ``opts.stacks``; 0 where every one of their questions is answered, 1 where some stay unknown,
     the session's own status where it was interrupted."""
-    atlas = folded(opts.out, discovery)
-    status, atlas = prove_stacks(opts, discovery, make_run, console, atlas)
+    survey = Survey(opts, discovery, make_run, console, folded(opts.out, discovery))
+    status = survey.prove_stacks()
     if status == EXIT_INTERRUPTED:
         return status
     slice_ids = {s.id for s in opts.stacks}
     looked = 0
-    for d in disagreements(atlas, discovery, opts.survey, opts.failures, opts.device):
+    for d in disagreements(survey.atlas, discovery, opts.survey, opts.failures, opts.device):
         if looked >= opts.bisects:
             break
         if d.affected.id not in slice_ids and d.clean.id not in slice_ids:
             continue
-        if any(p for p in d.moved if _already_drawn(atlas, d, p)):
+        if any(_already_drawn(survey.atlas, d, p) for p in d.moved):
             continue
         looked += 1
-        atlas = bisect_disagreement(opts, discovery, make_run, console, atlas, d)
-    return summarize(opts, atlas, discovery, console)
+        survey.bisect(d)
+    return summarize(opts, survey.atlas, discovery, console)
 
 
 def _already_drawn(atlas: AtlasFile, d: Disagreement, package: str) -> bool:
-    """Whether a drawn boundary (a bisect's, a watch night's) of the failure along ``package`` lies between the
-    two stacks' releases, under the affected stack's other packages."""
+    """Whether a boundary a bisect or a watch night drew for the failure along ``package`` lies between the two
+    stacks' releases, under the affected stack's other packages: the disagreement is explained already."""
     entry = atlas.failure(d.failure)
-    if entry is None:
+    ends = sorted(v for v in (_version(x) for x in d.moved.get(package, (None, None))) if v is not None)
+    if entry is None or len(ends) < 2:
         return False
-    low, high = sorted(filter(None, (_version(v) for v in d.moved.get(package, (None, None)))))[:2] or (None, None)
+    low, high = ends
+    versions = d.affected.stack.versions
     for b in entry.boundaries:
-        if b.package != package or b.source not in ("bisect", "watch"):
-            continue
         edge = _version(b.first_good or b.first_bad)
-        held = all(
-            d.affected.stack.versions.get(p) is not None and f"=={key}" == spec
-            for p, spec in b.under.items()
-            if p in d.affected.stack.versions
-            for key in [dict(key_of(d.affected, [p]))[p]]
-        )
-        if edge is not None and low is not None and high is not None and low < edge <= high and held:
+        if b.package != package or b.source not in ("bisect", "watch") or edge is None or not low < edge <= high:
+            continue
+        held = {p: spec for p, spec in b.under.items() if p in versions and p != package}
+        if all(contains(spec, versions[p]) for p, spec in held.items()):
             return True
     return False
 

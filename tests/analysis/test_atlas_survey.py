@@ -4,7 +4,6 @@ slices, the fewest environments its questions need, and where two surveyed stack
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,7 @@ from harness.analysis.atlas.survey import default_survey_path, in_survey_order, 
 from harness.analysis.atlas.survey_plan import disagreements, environments, questions, runnable_on, torch_builds
 from harness.core.errors import UserError
 from harness.environments.stacks import parse_stack_text
-from tests.analysis.test_atlas import DISCOVERY
-from tests.support.paths import REPO_ROOT
+from tests.analysis.test_atlas import DISCOVERY, cli
 from tests.support.report_fixture import _record, write_run
 
 PEERS = (
@@ -31,14 +29,7 @@ PEERS = (
 
 
 def survey_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "atlas", "survey", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cli("survey", *args)
 
 
 # -- the data -----------------------------------------------------------------------------------------------------

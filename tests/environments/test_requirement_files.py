@@ -4,27 +4,19 @@ poetry locks, a project's ``pyproject.toml``; a file that does not pin everythin
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.core.errors import UserError
 from harness.environments.stacks import read_requirement_file, read_requirements, resolve_requirements
-from tests.support.paths import REPO_ROOT
+from tests.analysis.test_atlas import cli
 
 DECIDING = {"torch", "deepspeed", "peft", "transformers", "accelerate", "bitsandbytes", "trl", "torchao"}
 
 
 def atlas(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "atlas", "check", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cli("check", *args)
 
 
 def test_pip_requirements_with_includes_markers_hashes_and_ranges(tmp_path: Path) -> None:

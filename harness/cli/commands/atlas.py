@@ -60,6 +60,16 @@ SURVEY_DIR = "survey"
 DEFAULT_BISECTS = 4
 
 
+ALSO_FROM = "also count the evidence of a run, bisect, watch night or atlas directory (repeatable)"
+
+
+def _add_sources(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--from RUN_DIR``, repeatable: the directories whose evidence counts."""
+    parser.add_argument(
+        "--from", dest="sources", action="append", type=Path, default=[], metavar="RUN_DIR", help=help_text
+    )
+
+
 class AtlasCommand(Command):
     name = "atlas"
     help = "which documented failures a stack has, from proven boundaries: build the atlas, or check a stack"
@@ -73,15 +83,7 @@ class AtlasCommand(Command):
             "the first known good (or open upstream), what else it was proven under, and the evidence.",
         )
         build.add_argument("--out", type=Path, required=True, metavar="DIR", help="where atlas.json and index.html go")
-        build.add_argument(
-            "--from",
-            dest="sources",
-            action="append",
-            type=Path,
-            default=[],
-            metavar="RUN_DIR",
-            help="a run, bisect, watch night or atlas directory whose evidence counts (repeatable)",
-        )
+        _add_sources(build, "a run, bisect, watch night or atlas directory whose evidence counts (repeatable)")
         options.add_cli_options(build, ("repros_dir",))
         check = actions.add_parser(
             "check",
@@ -104,15 +106,7 @@ class AtlasCommand(Command):
         check.add_argument(
             "--atlas", type=Path, metavar="DIR", help="the atlas to read and keep evidence in (default: REPORTS/atlas)"
         )
-        check.add_argument(
-            "--from",
-            dest="sources",
-            action="append",
-            type=Path,
-            default=[],
-            metavar="RUN_DIR",
-            help="also count the evidence of a run, bisect, watch night or atlas directory (repeatable)",
-        )
+        _add_sources(check, ALSO_FROM)
         check.add_argument(
             "--device", choices=("cpu", "cuda"), help="the device the stack trains on (--here, --prove: this machine's)"
         )
@@ -186,15 +180,7 @@ class AtlasCommand(Command):
             metavar="DIR",
             help="the atlas to export (default: REPORTS/atlas; the catalog alone where it holds none)",
         )
-        export.add_argument(
-            "--from",
-            dest="sources",
-            action="append",
-            type=Path,
-            default=[],
-            metavar="RUN_DIR",
-            help="also count the evidence of a run, bisect, watch night or atlas directory (repeatable)",
-        )
+        _add_sources(export, ALSO_FROM)
         options.add_cli_options(export, ("reports_dir", "repros_dir"))
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
