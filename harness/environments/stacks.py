@@ -373,7 +373,8 @@ def _pyproject(path: Path, data: dict[str, object]) -> Requirements:
                 found += 1
                 pins.requirement(str(path), f"{field_}[{i}]", entry)
     if not found:
-        poetry = isinstance(data.get("tool"), dict) and "poetry" in data["tool"]  # type: ignore[operator]
+        tool = data.get("tool")
+        poetry = isinstance(tool, dict) and "poetry" in tool
         raise UserError(
             path,
             "project.dependencies",
