@@ -218,6 +218,8 @@ class _Pins:
         version = _pinned(requirement)
         if version is not None:
             self.pin(name, version, where, field_)
+        elif requirement.url:
+            return  # a git or directory reference without a version in its name: no release to hold it to
         elif self.ranges is not None:
             spec, said = self.ranges.get(name, ("", ""))
             joined = ",".join(x for x in (spec, str(requirement.specifier)) if x)

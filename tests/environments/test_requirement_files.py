@@ -31,6 +31,7 @@ def test_pip_requirements_with_includes_markers_hashes_and_ranges(tmp_path: Path
         "transformers>=4.41.2,<=4.46.1  # a range\n"
         "transformers!=4.46.0\n"
         "datasets\n"
+        "olmo-core @ git+https://github.com/allenai/OLMo-core.git@76c239c ; sys_platform == 'linux'\n"
     )
     found = read_requirement_file(top)
     assert dict(found.pins) == {"torch": "2.5.1", "deepspeed": "0.15.3"}
