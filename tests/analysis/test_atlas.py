@@ -359,6 +359,45 @@ def test_an_atlas_keeps_its_evidence_when_built_again_from_itself(tmp_path: Path
     assert f1 is not None and any(b.source == "watch" and b.first_bad == "0.20.0" for b in f1.boundaries)
 
 
+OPENRLHF_0_6 = {
+    "torch": "2.6.0",
+    "deepspeed": "0.16.3",
+    "transformers": "4.48.3",
+    "peft": "0.14.0",
+    "accelerate": "1.4.0",
+}
+
+
+def test_a_stack_that_does_not_import_is_unknown_saying_so_and_not_run_again(tmp_path: Path) -> None:
+    # OpenRLHF v0.6.0's DeepSpeed 0.16.3 with triton 3.2 does not import on a CPU (DeepSpeed#7028).
+    broken = (
+        "rank 1: deepspeed does not import in this cell: RuntimeError: 0 active drivers ([]). There should only be one."
+    )
+    versions = {**VERSIONS_NEW, **OPENRLHF_0_6}
+    timed_out = {**versions, "peft": "0.15.0"}
+    run = write_run(
+        tmp_path / "survey",
+        "run-survey",
+        "2026-11-29T04:06:06+00:00",
+        [
+            _record("stack", "F1", "bug", "INFRA", versions=versions, reasons=[broken]),
+            _record("other", "F1", "bug", "INFRA", versions=timed_out, reasons=["building the environment timed out"]),
+        ],
+    )
+    atlas = assemble(DISCOVERY, read_sources([run], DISCOVERY))
+    stack = " ".join(f"{p}=={v}" for p, v in OPENRLHF_0_6.items())
+    (found,) = check_stack(
+        atlas, DISCOVERY, parse_stack_text(stack), where_of(parse_stack_text(stack), "cpu", None, None), ["F1"]
+    )
+    assert found.verdict == UNKNOWN and found.why.startswith("it cannot run here: INFRA observed on this stack")
+    assert "deepspeed does not import in this cell: RuntimeError: 0 active drivers" in found.why
+    assert not found.provable and "prove it" not in found.why  # the survey does not run it again on a CPU
+    # An INFRA that says nothing of the stack (a build that timed out) is no answer: a run could still settle it.
+    other = parse_stack_text(stack.replace("peft==0.14.0", "peft==0.15.0"))
+    (again,) = check_stack(atlas, DISCOVERY, other, where_of(other, "cpu", None, None), ["F1"])
+    assert again.verdict == UNKNOWN and again.provable and "prove it" in again.why
+
+
 # -- usage errors ---------------------------------------------------------------------------------------------------
 
 

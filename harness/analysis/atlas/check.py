@@ -131,6 +131,8 @@ def decide(claims: Sequence[Claim], where: Where, depends_on: Sequence[str]) -> 
     if trusted:
         seen = [c for c in trusted if verdict_of(c.outcome) == OTHER] or trusted
         said = "; ".join(_claim_text(c, where, depends_on) + (f" ({c.note})" if c.note else "") for c in seen)
+        if not verdicts:  # only INFRA: the failure cannot run there (CUDA-only on a CPU, a stack that does not import)
+            return Decision(UNKNOWN, tuple(seen), f"it cannot run here: {said}", provable=False)
         return Decision(UNKNOWN, tuple(seen), f"another outcome was proven here: {said}", provable=False)
     if applicable:
         against = applicable[0].contradicted_by[0]

@@ -38,6 +38,8 @@ from harness.records.results import read_results
 from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.cost_table import CostEntry
+from repros.runtime.outcomes import Outcome
+from repros.runtime.stack_failure import DOES_NOT_IMPORT
 
 #: The largest ``bisect.json`` read.
 MAX_BISECT_BYTES = 64 * 2**20
@@ -99,11 +101,21 @@ def record_evidence(
     )
 
 
+def does_not_import(record: ItemRecord) -> str | None:
+    """Why the record's stack could not run at all, where a package of it does not import (its reason)."""
+    if record.outcome != Outcome.INFRA:
+        return None
+    return next((r for r in record.reasons if DOES_NOT_IMPORT in r), None)
+
+
 def point(record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: Path) -> Claim | None:
-    """A ``bug`` record of the documented scenario as a claim of one point (None: it observed nothing)."""
+    """A ``bug`` record of the documented scenario as a claim of one point (None: it observed nothing). A stack a
+    package of which does not import observed nothing either, but is a point all the same (INFRA, its reason its
+    note): a property of the stack on that device, said as such, not a question a run there could settle."""
     if record.mode != "bug" or record.variant is not None or record.scenario is not None:
         return None
-    if verdict_of(record.outcome) == UNOBSERVED:
+    broken = does_not_import(record)
+    if verdict_of(record.outcome) == UNOBSERVED and broken is None:
         return None
     versions = _record_versions(record, meta)
     when = {p: f"=={public(versions[p])}" for p in depends_on if versions.get(p)}
@@ -115,6 +127,7 @@ def point(record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: P
         world_sizes=f"=={record.world_size}",
         family=record.family,
         source="run",
+        note=broken or "",
         evidence=[record_evidence(record, where, versions, depends_on)],
     )
 
