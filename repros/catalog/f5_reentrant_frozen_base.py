@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
+from repros.catalog._surveyed import DOES_NOT_IMPORT_ON_CPU, surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -64,6 +65,8 @@ SCENARIO = Scenario(
     use_reentrant=None,
 )
 
+DEPENDS_ON = ("torch", "deepspeed", "transformers")
+
 SPEC = ReproSpec(
     id="F5",
     title="Reentrant checkpointing + frozen base, only LoRA trainable: no gradient",
@@ -100,6 +103,13 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
+        # The surveyed stacks first: a run of one of them is compared with what was seen there.
+        *surveyed(
+            Outcome.REPRODUCED,
+            ("openrlhf-v0.4.0", "trl-v0.12.0", "llamafactory-v0.9.1", "ms-swift-v3.0.0", "trl-2514"),
+            DEPENDS_ON,
+        ),
+        *surveyed(Outcome.INFRA, ("openrlhf-v0.6.0", "axolotl-v0.8.0"), DEPENDS_ON, DOES_NOT_IMPORT_ON_CPU),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
@@ -120,7 +130,7 @@ SPEC = ReproSpec(
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
-    depends_on=("torch", "deepspeed", "transformers"),
+    depends_on=DEPENDS_ON,
     depends_on_why=(
         "DeepSpeed-Chat's flow: its own LoRA layers (not peft's) under ZeRO-2, checkpointed reentrantly by "
         "transformers' default, on torch's autograd; accelerate and bitsandbytes take no part"

@@ -27,6 +27,7 @@ import importlib.util
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from importlib import metadata
 
 #: How a reason says a package does not import (the atlas tells such a stack apart from one that ran).
@@ -59,7 +60,7 @@ def stack_failure(exc: BaseException) -> str | None:
     if not isinstance(exc, Exception):
         return None
     message = f"{type(exc).__name__}: {exc}"
-    distributed: dict[str, list[str]] | None = None
+    distributed: Mapping[str, list[str]] | None = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.name != "<module>" or frame.filename.startswith("<"):
             continue

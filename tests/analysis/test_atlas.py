@@ -54,16 +54,24 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 # -- the bar ------------------------------------------------------------------------------------------------------
 
 
-def test_trl_2514s_stack_is_never_called_free_of_f1_nor_affected_beyond_what_was_observed(tmp_path: Path) -> None:
+def test_trl_2514s_stack_is_affected_by_f1_from_its_run_under_torch_2_5_and_nothing_beyond_what_was_observed(
+    tmp_path: Path,
+) -> None:
     done = cli("check", "--stack", TRL_2514, "--atlas", str(tmp_path / "none"), "--device", "cpu")
     lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines()}
     assert set(lines) == set(DISCOVERY.repros)  # one line per documented failure, starting with its id
-    assert lines["F1"].startswith("F1 unknown: ")  # torch 2.5.1: outside every stack F1 was proven under
-    assert "torch 2.5.1 (proven: ==2.13.0)" in lines["F1"] and "--prove --repros F1" in lines["F1"]
-    # F8's range (torch >= 2.1) was observed at torch 2.13.0 only: 2.5.1 lies in it, but nothing ran there.
-    assert lines["F8"].startswith("F8 unknown: ") and "torch 2.5.1 in >=2.1 but beyond what was observed" in lines["F8"]
-    # Nothing was answered: the check says so and does not pass.
-    assert done.returncode == 3 and "nothing was answered" in done.stderr, done.stdout + done.stderr
+    # The survey's run of the stack itself (a CUDA build of torch 2.5.1 on a CPU), as the catalog keeps it.
+    assert lines["F1"].startswith(
+        "F1 affected: REPRODUCED where torch==2.5.1, deepspeed==0.15.3, peft==0.14.0, transformers==4.46.3 on cpu "
+        "[catalog 2026-11-29: python -m harness atlas survey --slice 3/8"
+    ), lines["F1"]
+    assert "trl-2514: torch==2.5.1" in lines["F1"]
+    assert all(lines[f].startswith(f"{f} affected: ") for f in ("F5", "F7", "F8"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    # A release next to it that nothing ran: unknown, with the command that would prove it.
+    near = cli("check", "--stack", TRL_2514.replace("0.15.3", "0.15.2"), "--repros", "F1", "--device", "cpu")
+    assert near.stdout.startswith("F1 unknown: ") and "--prove --repros F1" in near.stdout, near.stdout
+    assert near.returncode == 3
 
 
 def test_the_current_stack_is_free_of_f1_and_affected_by_f8() -> None:
@@ -359,9 +367,10 @@ def test_an_atlas_keeps_its_evidence_when_built_again_from_itself(tmp_path: Path
     assert f1 is not None and any(b.source == "watch" and b.first_bad == "0.20.0" for b in f1.boundaries)
 
 
-OPENRLHF_0_6 = {
+#: Like OpenRLHF v0.6.0's stack (which the catalog holds), with a DeepSpeed nothing was proven at.
+TORCH_2_6_DS_0_16_2 = {
     "torch": "2.6.0",
-    "deepspeed": "0.16.3",
+    "deepspeed": "0.16.2",
     "transformers": "4.48.3",
     "peft": "0.14.0",
     "accelerate": "1.4.0",
@@ -369,11 +378,11 @@ OPENRLHF_0_6 = {
 
 
 def test_a_stack_that_does_not_import_is_unknown_saying_so_and_not_run_again(tmp_path: Path) -> None:
-    # OpenRLHF v0.6.0's DeepSpeed 0.16.3 with triton 3.2 does not import on a CPU (DeepSpeed#7028).
+    # DeepSpeed 0.16 with triton 3.2 does not import on a CPU (DeepSpeed#7028).
     broken = (
         "rank 1: deepspeed does not import in this cell: RuntimeError: 0 active drivers ([]). There should only be one."
     )
-    versions = {**VERSIONS_NEW, **OPENRLHF_0_6}
+    versions = {**VERSIONS_NEW, **TORCH_2_6_DS_0_16_2}
     timed_out = {**versions, "peft": "0.15.0"}
     run = write_run(
         tmp_path / "survey",
@@ -385,7 +394,7 @@ def test_a_stack_that_does_not_import_is_unknown_saying_so_and_not_run_again(tmp
         ],
     )
     atlas = assemble(DISCOVERY, read_sources([run], DISCOVERY))
-    stack = " ".join(f"{p}=={v}" for p, v in OPENRLHF_0_6.items())
+    stack = " ".join(f"{p}=={v}" for p, v in TORCH_2_6_DS_0_16_2.items())
     (found,) = check_stack(
         atlas, DISCOVERY, parse_stack_text(stack), where_of(parse_stack_text(stack), "cpu", None, None), ["F1"]
     )

@@ -12,10 +12,12 @@ import yaml
 from harness.analysis.atlas.build import assemble
 from harness.analysis.atlas.check import AFFECTED, NOT_AFFECTED
 from harness.analysis.atlas.evidence import read_sources
+from harness.analysis.atlas.regions import contains
 from harness.analysis.atlas.survey import default_survey_path, in_survey_order, load_survey, slice_of
 from harness.analysis.atlas.survey_plan import disagreements, environments, questions, runnable_on, torch_builds
 from harness.core.errors import UserError
 from harness.environments.stacks import parse_stack_text
+from repros.catalog._surveyed import ANSWERS_TOO, SLICE, SURVEYED
 from tests.analysis.test_atlas import DISCOVERY, cli
 from tests.support.report_fixture import _record, write_run
 
@@ -123,9 +125,30 @@ def test_the_slices_split_the_survey_without_overlap_in_torchs_order() -> None:
 # -- the plan: fewest environments ---------------------------------------------------------------------------------
 
 
-def test_stacks_that_share_what_decides_a_failure_share_its_environment() -> None:
+def _unproven_survey(tmp_path: Path) -> Path:
+    """A survey of stacks nothing was proven for (torch 2.2 and 2.3: older than every surveyed stack); two differ
+    in trl alone, which decides none of F1, F5, F7, F8."""
+    data = yaml.safe_load(default_survey_path().read_text())
+    (trl_2514,) = [s for s in data["stacks"] if s["id"] == "trl-2514"]
+    stacks = []
+    moved = [
+        ("2.3.1", "0.14.2", "0.12.2"),
+        ("2.3.1", "0.14.4", "0.12.2"),
+        ("2.3.1", "0.14.4", "0.12.1"),
+        ("2.2.2", "0.14.0", "0.12.2"),
+    ]
+    for n, (torch, deepspeed, trl) in enumerate(moved):
+        stack = {**trl_2514["stack"], "torch": torch, "deepspeed": deepspeed, "trl": trl}
+        requires = [f"{p}=={v}" for p, v in stack.items()]
+        stacks.append({**trl_2514, "id": f"unproven-{n}", "requires": requires, "stack": stack})
+    path = tmp_path / "survey.yaml"
+    path.write_text(yaml.safe_dump({**data, "stacks": stacks}))
+    return path
+
+
+def test_stacks_that_share_what_decides_a_failure_share_its_environment(tmp_path: Path) -> None:
     atlas = assemble(DISCOVERY, read_sources([], DISCOVERY))
-    stacks = load_survey()
+    stacks = load_survey(_unproven_survey(tmp_path))
     failures = ["F1", "F5", "F7", "F8"]
     asked = questions(atlas, DISCOVERY, stacks, failures, "cpu")
     plan = environments(asked, in_survey_order(stacks), DISCOVERY)
@@ -145,9 +168,10 @@ def test_a_failure_only_a_gpu_shows_is_not_asked_of_a_cpu() -> None:
 
 
 def test_plan_runs_nothing_and_says_what_it_would_build(tmp_path: Path) -> None:
-    done = survey_cli("--plan", "--repros", "F8", "--out", str(tmp_path / "survey"))
+    survey = _unproven_survey(tmp_path)
+    done = survey_cli("--plan", "--repros", "F8", "--survey", str(survey), "--out", str(tmp_path / "survey"))
     assert done.returncode == 0, done.stderr
-    assert "environments to build and run; torch " in done.stdout and "runs F8" in done.stdout
+    assert "2 environments to build and run; torch 2.2.2, 2.3.1" in done.stdout and "runs F8" in done.stdout
     assert not (tmp_path / "survey" / "runs").exists()
 
 
@@ -174,3 +198,16 @@ def test_two_surveyed_stacks_that_disagree_name_the_packages_that_moved(tmp_path
     assert (found.affected.id, found.clean.id) == (old.id, new.id)
     assert dict(found.moved) == {"torch": ("2.9.0", "2.10.0"), "transformers": ("4.57.6", "5.4.0")}
     assert AFFECTED != NOT_AFFECTED
+
+
+def test_the_catalogs_surveyed_stacks_are_the_surveys_own_in_their_slices() -> None:
+    survey = load_survey()
+    stacks = {s.id: s for s in survey}
+    for stack_id, pins in SURVEYED.items():
+        assert stack_id in stacks, stack_id
+        assert stacks[stack_id] in slice_of(survey, SLICE[stack_id], 8), stack_id
+        for package, spec in pins.items():
+            assert contains(spec, stacks[stack_id].stack.versions[package]), (stack_id, package)
+    for stack_id, others in ANSWERS_TOO.items():
+        for other in others:
+            assert all(contains(spec, stacks[other].stack.versions[p]) for p, spec in SURVEYED[stack_id].items())

@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from harness.analysis.atlas.model import read_atlas
-from harness.core.errors import EXIT_NOTHING_CHECKED
 from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -77,8 +76,8 @@ def test_a_range_resolves_as_of_its_day(tmp_path: Path) -> None:
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("transformers>=4.41.2,<=4.46.1\npeft>=0.11.1,<=0.12.0\ndeepspeed>=0.10.0,<=0.14.4\n")
     done = harness("atlas", "check", "--requirements", str(requirements), "--as-of", "2024-11-25", "--repros", "F8")
-    # The catalog alone proves F8 at torch 2.13.0 only: 2.5.1 is unknown, and a check that answered nothing says so.
-    assert done.returncode == EXIT_NOTHING_CHECKED, done.stderr
+    # The catalog proves F8 from torch 2.4.0 (the survey's runs) to 2.13.0: 2.5.1 is affected, and the check fails.
+    assert done.returncode == 1 and done.stdout.startswith("F8 affected: "), done.stdout + done.stderr
     said = done.stderr.splitlines()[0]
     assert said.startswith(f"{requirements} as of 2024-11-25: ")
     # LLaMA-Factory v0.9.1's lines as of its release: the torch accelerate needed that day, the newest in range.
