@@ -445,3 +445,11 @@ def test_a_uv_lock_is_read_as_the_stack_it_installs(tmp_path: Path) -> None:
     done = cli("check", "--requirements", str(lock), "--repros", "F1,F8", "--device", "cpu")
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines()[0].startswith("F1 not affected: ")
+
+
+def test_a_surveyed_stack_is_a_point_that_draws_no_boundary() -> None:
+    # The survey's expectations pin every package F1 depends on: F1's only boundaries are its bisect's, deepspeed's.
+    atlas = assemble(DISCOVERY, read_sources([], DISCOVERY))
+    f1 = atlas.failure("F1")
+    assert f1 is not None
+    assert {(b.package, b.kind, b.first_good) for b in f1.boundaries} == {("deepspeed", "fixed", "0.19.3")}

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis.atlas.model import BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
-from harness.analysis.atlas.regions import Where, inside, matching_stack, observed_text, outside, verdict_of
+from harness.analysis.atlas.regions import (
+    Where,
+    inside,
+    is_pin,
+    matching_stack,
+    observed_text,
+    outside,
+    verdict_of,
+)
 from harness.analysis.explain.match import cost_lines, guard_lines
 from harness.config.repros import Discovery
 from harness.core.errors import EXIT_NOTHING_CHECKED
@@ -89,7 +97,7 @@ def _claim_text(claim: Claim, where: Where, depends_on: Sequence[str]) -> str:
         scope = ", ".join(str(x) for x in (claim.device, f"{claim.world_sizes.lstrip('=')} ranks", claim.family) if x)
         return f"{claim.outcome} observed on this stack ({scope}) {_evidence_text(claim)}"
     ranges = ", ".join(
-        f"{p}{s}" if _is_pin(s) else f"{p} {where.version(p)} in {s} (observed {observed_text(claim, p)})"
+        f"{p}{s}" if is_pin(s) else f"{p} {where.version(p)} in {s} (observed {observed_text(claim, p)})"
         for p, s in claim.when.items()
     )
     held = [p for p in depends_on if p not in claim.when]
@@ -98,11 +106,6 @@ def _claim_text(claim: Claim, where: Where, depends_on: Sequence[str]) -> str:
     place = f"where {ranges}" + (f" under {pins}" if pins else "") if ranges else f"on {pins or 'every stack'}"
     device = f" on {claim.device}" if claim.device else ""
     return f"{claim.outcome} {place}{device} {_evidence_text(claim)}"
-
-
-def _is_pin(spec: str) -> bool:
-    """``==2.5.1``: one release (a surveyed stack's), said as it is."""
-    return spec.startswith("==") and "," not in spec and "*" not in spec
 
 
 def _nearest(claims: Sequence[Claim], where: Where, depends_on: Sequence[str]) -> str:
