@@ -71,6 +71,20 @@ SURVEYED: dict[str, dict[str, str]] = {
         "peft": "==0.15.0",
         "accelerate": "==1.5.2",
     },
+    "llamafactory-v0.9.3": {
+        "torch": "==2.7.1",
+        "deepspeed": "==0.16.9",
+        "transformers": "==4.52.4",
+        "peft": "==0.15.2",
+        "accelerate": "==1.7.0",
+    },
+    "axolotl-v0.12.0": {
+        "torch": "==2.8.0",
+        "deepspeed": "==0.17.4",
+        "transformers": "==4.55.0",
+        "peft": "==0.17.0",
+        "accelerate": "==1.10.0",
+    },
 }
 
 #: The slice of 8 each stack is in (``atlas survey --slice``), for its command.
@@ -82,6 +96,8 @@ SLICE: dict[str, int] = {
     "trl-2514": 3,
     "openrlhf-v0.6.0": 4,
     "axolotl-v0.8.0": 4,
+    "llamafactory-v0.9.3": 5,
+    "axolotl-v0.12.0": 5,
 }
 
 #: Stacks whose runs answered for another surveyed stack too (the same releases of what decides the failure).

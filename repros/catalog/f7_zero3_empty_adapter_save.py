@@ -82,7 +82,15 @@ SPEC = ReproSpec(
         # The surveyed stacks first: a run of one of them is compared with what was seen there.
         *surveyed(
             Outcome.REPRODUCED,
-            ("openrlhf-v0.4.0", "trl-v0.12.0", "llamafactory-v0.9.1", "ms-swift-v3.0.0", "trl-2514"),
+            (
+                "openrlhf-v0.4.0",
+                "trl-v0.12.0",
+                "llamafactory-v0.9.1",
+                "ms-swift-v3.0.0",
+                "trl-2514",
+                "llamafactory-v0.9.3",
+                "axolotl-v0.12.0",
+            ),
             DEPENDS_ON,
         ),
         *surveyed(Outcome.INFRA, ("openrlhf-v0.6.0", "axolotl-v0.8.0"), DEPENDS_ON, DOES_NOT_IMPORT_ON_CPU),
