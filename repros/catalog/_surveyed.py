@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation
 
 _SURVEYED_BY = (
@@ -111,23 +112,26 @@ DOES_NOT_IMPORT_ON_CPU = (
 )
 
 
-def _pins(stack_id: str, depends_on: Sequence[str]) -> dict[str, str]:
-    stack = SURVEYED[stack_id]
-    return {p: stack[p] for p in depends_on if p in stack}
+#: The surveyed stacks whose failures cannot run on a CPU, and why.
+CANNOT_RUN_ON_CPU: dict[str, str] = {
+    "openrlhf-v0.6.0": DOES_NOT_IMPORT_ON_CPU,
+    "axolotl-v0.8.0": DOES_NOT_IMPORT_ON_CPU,
+}
 
 
-def surveyed(
-    outcome: str, stack_ids: Sequence[str], depends_on: Sequence[str], note: str = ""
-) -> tuple[Expectation, ...]:
-    """One ``bug`` expectation per surveyed stack (stacks pinning the same releases of ``depends_on`` share one):
-    ``outcome`` where every package the failure depends on is at the stack's release, on a CPU. An INFRA one
-    (a stack that does not import there) is for the CPU only, with ``note`` saying why."""
+def surveyed(depends_on: Sequence[str], otherwise: Mapping[str, str] | None = None) -> tuple[Expectation, ...]:
+    """One ``bug`` expectation per surveyed stack (stacks pinning the same releases of ``depends_on`` share one),
+    as the survey's run of the failure there saw it: REPRODUCED, or the outcome ``otherwise`` names for the stack;
+    INFRA on a CPU, with why, for a stack that cannot run there. Each holds where every package the failure
+    depends on is at the stack's release."""
     found: dict[tuple[tuple[str, str], ...], Expectation] = {}
-    for stack_id in stack_ids:
-        when = _pins(stack_id, depends_on)
+    for stack_id, stack in SURVEYED.items():
+        when = {p: stack[p] for p in depends_on if p in stack}
         key = tuple(sorted(when.items()))
         if key in found:
             continue
+        note = CANNOT_RUN_ON_CPU.get(stack_id, "")
+        outcome = Outcome.INFRA if note else (otherwise or {}).get(stack_id, Outcome.REPRODUCED)
         found[key] = Expectation(
             "bug",
             outcome,
@@ -135,8 +139,8 @@ def surveyed(
             established_by=surveyed_by(stack_id),
             note=note,
             device="cpu" if note else None,
-            under=(SURVEYED[stack_id],),
-            observed=_observed(when),
+            under=(stack,),
+            observed={p: (spec.removeprefix("=="),) for p, spec in when.items()},
             established_on="cpu",
         )
     return tuple(found.values())
@@ -147,7 +151,3 @@ def surveyed_by(stack_id: str) -> str:
     ids = ", ".join((stack_id, *ANSWERS_TOO.get(stack_id, ())))
     stack = " ".join(f"{p}{v}" for p, v in SURVEYED[stack_id].items())
     return _SURVEYED_BY.format(slice=SLICE[stack_id], ids=ids, stack=stack)
-
-
-def _observed(when: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    return {p: (spec.removeprefix("=="),) for p, spec in when.items()}

@@ -20,7 +20,7 @@ fixed: the same scenario through the fixed trainer's guards.
 from __future__ import annotations
 
 from repros.catalog._stacks import CURRENT, TF4
-from repros.catalog._surveyed import DOES_NOT_IMPORT_ON_CPU, surveyed
+from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
@@ -62,20 +62,7 @@ SPEC = ReproSpec(
     ),
     expectations=(
         # The surveyed stacks first: a run of one of them is compared with what was seen there.
-        *surveyed(Outcome.NOT_REPRODUCED, ("openrlhf-v0.4.0",), DEPENDS_ON),
-        *surveyed(
-            Outcome.REPRODUCED,
-            (
-                "trl-v0.12.0",
-                "llamafactory-v0.9.1",
-                "ms-swift-v3.0.0",
-                "trl-2514",
-                "llamafactory-v0.9.3",
-                "axolotl-v0.12.0",
-            ),
-            DEPENDS_ON,
-        ),
-        *surveyed(Outcome.INFRA, ("openrlhf-v0.6.0", "axolotl-v0.8.0"), DEPENDS_ON, DOES_NOT_IMPORT_ON_CPU),
+        *surveyed(DEPENDS_ON, otherwise={"openrlhf-v0.4.0": Outcome.NOT_REPRODUCED}),
         Expectation(
             "bug",
             Outcome.REPRODUCED,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
-from repros.catalog._surveyed import DOES_NOT_IMPORT_ON_CPU, surveyed
+from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
@@ -104,20 +104,7 @@ SPEC = ReproSpec(
     ),
     expectations=(
         # The surveyed stacks first: a run of one of them is compared with what was seen there.
-        *surveyed(
-            Outcome.REPRODUCED,
-            (
-                "openrlhf-v0.4.0",
-                "trl-v0.12.0",
-                "llamafactory-v0.9.1",
-                "ms-swift-v3.0.0",
-                "trl-2514",
-                "llamafactory-v0.9.3",
-                "axolotl-v0.12.0",
-            ),
-            DEPENDS_ON,
-        ),
-        *surveyed(Outcome.INFRA, ("openrlhf-v0.6.0", "axolotl-v0.8.0"), DEPENDS_ON, DOES_NOT_IMPORT_ON_CPU),
+        *surveyed(DEPENDS_ON),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
