@@ -16,8 +16,8 @@ from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation
 
 _SURVEYED_BY = (
-    "python -m harness atlas survey --slice {slice}/8 --repros F1,F5,F7,F8 (2026-11-29, {ids}: {stack}; torch's "
-    "CUDA build from PyPI run on a CPU, 2 ranks, gloo)"
+    "python -m harness atlas survey --slice {slice}/8 --repros F1,F5,F7,F8 (2026-11-29, {ids}: {stack}; on a CPU, "
+    "2 ranks, gloo)"
 )
 
 #: The releases each surveyed stack's ranks imported, by the survey's id (the packages documented failures
@@ -86,6 +86,20 @@ SURVEYED: dict[str, dict[str, str]] = {
         "peft": "==0.17.0",
         "accelerate": "==1.10.0",
     },
+    "openrlhf-v0.9.0": {
+        "torch": "==2.9.0",
+        "deepspeed": "==0.18.1",
+        "transformers": "==4.57.0",
+        "peft": "==0.17.1",
+        "accelerate": "==1.11.0",
+    },
+    "openrlhf-v0.11.0": {
+        "torch": "==2.13.0",
+        "deepspeed": "==0.19.5",
+        "transformers": "==5.15.0",
+        "peft": "==0.20.0",
+        "accelerate": "==1.14.0",
+    },
 }
 
 #: The slice of 8 each stack is in (``atlas survey --slice``), for its command.
@@ -99,6 +113,8 @@ SLICE: dict[str, int] = {
     "axolotl-v0.8.0": 4,
     "llamafactory-v0.9.3": 5,
     "axolotl-v0.12.0": 5,
+    "openrlhf-v0.9.0": 6,
+    "openrlhf-v0.11.0": 8,
 }
 
 #: Stacks whose runs answered for another surveyed stack too (the same releases of what decides the failure).
