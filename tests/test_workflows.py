@@ -104,7 +104,9 @@ def harness_commands(workflow: dict[str, Any]) -> list[list[str]]:
             words = [w for w in shlex.split(_as_shell(line), comments=True) if w != "$@"]
             if "harness" in words and "-m" in words:
                 args = words[words.index("harness") + 1 :]
-                found.append(args[: args.index("||")] if "||" in args else args)
+                # The command ends where the shell takes over: a redirection, a pipe, || or &&.
+                end = next((i for i, w in enumerate(args) if w in ("||", "&&", "|", ">", ">>", "2>&1")), len(args))
+                found.append(args[:end])
     return found
 
 
@@ -168,9 +170,9 @@ def test_the_atlas_job_builds_on_both_nights_and_the_previous_atlas_and_publishe
     workflow = load(NIGHTLY)
     jobs = workflow["jobs"]
     atlas = jobs["atlas"]
-    assert set(atlas["needs"]) == {"merge", "watch"} and "!cancelled()" in atlas["if"]  # a regressed night counts
+    assert set(atlas["needs"]) == {"merge", "watch", "survey"} and "!cancelled()" in atlas["if"]  # a regressed night
     downloads = {s["with"]["name"]: s for s in atlas["steps"] if "download-artifact" in str(s.get("uses"))}
-    assert set(downloads) == {"nightly-merged", "watch-night"}
+    assert set(downloads) == {"nightly-merged", "watch-night", "atlas-survey"}
     assert all(s.get("continue-on-error") for s in downloads.values())  # a night that left none still builds
     text = "\n".join(scripts({"jobs": {"atlas": atlas}}))
     assert "--name compatibility-atlas --dir previous-atlas" in text and '"$run_id" != "$GITHUB_RUN_ID"' in text
@@ -197,3 +199,16 @@ def test_the_atlas_job_opens_or_updates_one_issue_per_culprit() -> None:
     assert "gh issue comment" in script and "gh issue create" in script
     # The title a night's culprit gets is the atlas's own.
     assert issue_title("deepspeed", "0.20.0") == "nightly regression introduced by deepspeed==0.20.0"
+
+
+def test_the_survey_job_proves_a_slice_a_night_going_on_from_the_previous_nights_survey() -> None:
+    jobs = load(NIGHTLY)["jobs"]
+    survey = jobs["survey"]
+    text = "\n".join(scripts({"jobs": {"survey": survey}}))
+    assert "--name atlas-survey --dir survey" in text and '"$run_id" != "$GITHUB_RUN_ID"' in text
+    assert 'atlas survey --slice "$slice/$SLICES" --out survey --cache-max-gb' in text
+    assert "% SLICES + 1" in text and 'if [ "$rc" -gt 1 ]; then exit "$rc"; fi' in text  # unknowns are reported
+    assert "whl/cpu" in survey["env"]["PIP_EXTRA_INDEX_URL"]  # torch's CPU builds on a CPU runner
+    upload = next(s for s in survey["steps"] if "upload-artifact" in str(s.get("uses")))
+    assert upload["with"]["name"] == "atlas-survey" and upload["with"]["path"] == "survey"
+    assert "nights/survey" in "\n".join(scripts({"jobs": {"atlas": jobs["atlas"]}}))

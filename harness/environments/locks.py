@@ -10,9 +10,10 @@ As of a day (``--as-of``): every package resolves to what was released before th
 the cell's exact pins, which stay as written even when newer (uv's ``--exclude-newer`` with
 ``--exclude-newer-package PIN=false``). A pin may need a dependency released after the day; uv names
 it, and it is exempted from the cut-off too (said in the lock's ``exempted``). Files from a
-find-links folder carry no upload date, so uv cannot cut them off: a floating package that
-resolved to a release first uploaded after the day (PyPI's dates, PEP 691) is capped below it and
-resolved again (said in ``capped``).
+find-links folder carry no upload date, so uv cannot cut them off: a floating package, or any package
+a local find-links folder holds (torch brought in by accelerate, not named), that resolved to a release
+first uploaded after the day (PyPI's dates, PEP 691) is capped below it and resolved again (said in
+``capped``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -188,24 +190,45 @@ def resolve_lock(builder: UvRunner, request: EnvRequest, dates: ReleaseDates | N
                 exempted += new
                 continue
             lines = parse_lock(out.stdout)
-            late = _released_after(request, lines, dates) if request.as_of and not request.exclude_newer else {}
+            undated = undated_packages(builder.index.find_links)
+            late = (
+                _released_after(request, lines, dates, undated) if request.as_of and not request.exclude_newer else {}
+            )
             if not late:
                 return Lock(lines, request.as_of, _now(), time.perf_counter() - started, tuple(exempted), capped)
-            capped.update({name: f"<{version}" for name, version in late.items()})
+            capped.update({name: f"<{Version(version).public}" for name, version in late.items()})
     raise EnvironmentUnavailable(
         f"no resolution as of {request.as_of} after {MAX_ATTEMPTS} attempts "
         f"(exempted {', '.join(exempted) or 'nothing'}, capped {capped or 'nothing'})"
     )
 
 
-def _released_after(request: EnvRequest, lines: tuple[str, ...], dates: ReleaseDates) -> dict[str, str]:
-    """The floating packages the lock took at a release first uploaded on or after the day (an
-    undated find-links file uv could not cut off): package -> that version."""
+def undated_packages(find_links: Sequence[str]) -> set[str]:
+    """The packages a local find-links folder holds files of: uv has no upload date for them."""
+    names: set[str] = set()
+    for link in find_links:
+        folder = Path(link.removeprefix("file://"))
+        if "://" in link.replace("file://", "", 1) or not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            stem = entry.name.removesuffix(".whl").removesuffix(".tar.gz").removesuffix(".zip")
+            if stem != entry.name and "-" in stem:
+                names.add(canonicalize_name(stem.split("-", 1)[0]))
+    return names
+
+
+def _released_after(
+    request: EnvRequest, lines: tuple[str, ...], dates: ReleaseDates, undated: Iterable[str] = ()
+) -> dict[str, str]:
+    """The floating packages, and the ``undated`` ones wherever they came from (a dependency), the lock took
+    at a release first uploaded on or after the day (an undated find-links file uv could not cut off):
+    package -> that version. A pin stays as written."""
     assert request.as_of is not None
     day = dt.datetime.fromisoformat(cutoff(request.as_of).replace("Z", "+00:00"))
     versions = dict(line.split("==", 1) for line in lines)
+    pinned = set(request.packages) - set(request.floating)
     late = {}
-    for name in request.floating:
+    for name in dict.fromkeys([*request.floating, *(n for n in undated if n in versions and n not in pinned)]):
         version = versions.get(name)
         uploaded = dates.first_upload(name, version) if version else None
         if uploaded is not None and uploaded >= day:

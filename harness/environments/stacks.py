@@ -24,13 +24,14 @@ import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 from packaging.markers import InvalidMarker, Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -137,6 +138,10 @@ MAX_INCLUDE_DEPTH = 8
 _INCLUDE = re.compile(r"^(?:-r|--requirement)(?:\s*=\s*|\s+|(?=[^\s-]))(?P<target>\S.*)$")
 _COMMENT = re.compile(r"(^|\s+)#.*$")
 _FIX_LOCK = "pass a lock (pip freeze > FILE, uv pip compile, uv.lock) or pin it (name==version)"
+_FIX_RANGE = (
+    "pass --as-of DAY to resolve it as of a day, or a lock (pip freeze > FILE, uv pip compile, uv.lock), "
+    "or pin it (name==version)"
+)
 
 
 def marker_environment() -> dict[str, str]:
@@ -174,12 +179,15 @@ def _requirement_text(line: str) -> str:
 
 @dataclass
 class _Pins:
-    """What a requirements file (and what it includes) pins for this platform, each package once."""
+    """What a requirements file (and what it includes) pins for this platform, each package once; with
+    ``ranges``, what it asks for without pinning it too (a range, a bare name)."""
 
     strict: bool
     environment: dict[str, str] = field(default_factory=marker_environment)
     #: Package -> (version, where it is pinned).
     found: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Package -> (specifier, "where: the line"), ranges of one package joined (``>=1,<2``); with ``ranges`` only.
+    ranges: dict[str, tuple[str, str]] | None = None
     files: int = 0
 
     def pin(self, name: str, version: str, where: str, field_: str) -> None:
@@ -195,9 +203,9 @@ class _Pins:
         if known is None:
             self.found[name] = (version, f"{where} {field_}".strip())
 
-    def line(self, where: str, number: int, line: str) -> None:
-        field_ = f"line {number}" if number else ""
-        text = _requirement_text(line)
+    def requirement(self, where: str, field_: str, text: str, line: str | None = None) -> None:
+        """One requirement (``text``, as ``line`` writes it) of ``where``."""
+        line = text if line is None else line
         try:
             requirement = Requirement(text)
         except InvalidRequirement:
@@ -208,11 +216,19 @@ class _Pins:
             return  # not installed on this platform
         name = canonicalize_name(requirement.name)
         version = _pinned(requirement)
-        if version is None:
-            if self.strict:
-                raise UserError(where, field_, f"{line!r} is not a pinned version", _FIX_LOCK)
-            return
-        self.pin(name, version, where, field_)
+        if version is not None:
+            self.pin(name, version, where, field_)
+        elif requirement.url:
+            return  # a git or directory reference without a version in its name: no release to hold it to
+        elif self.ranges is not None:
+            spec, said = self.ranges.get(name, ("", ""))
+            joined = ",".join(x for x in (spec, str(requirement.specifier)) if x)
+            self.ranges[name] = (joined, said or f"{where}: {field_}: {line!r}".replace(": :", ":"))
+        elif self.strict:
+            raise UserError(where, field_, f"{line!r} is not a pinned version", _FIX_LOCK)
+
+    def line(self, where: str, number: int, line: str) -> None:
+        self.requirement(where, f"line {number}" if number else "", _requirement_text(line), line)
 
     def text(self, text: str, where: str, include: Callable[[str, str, int], None] | None = None) -> None:
         for number, line in _logical_lines(text):
@@ -226,6 +242,50 @@ class _Pins:
             elif not line.startswith("-"):
                 self.line(where, number, line)
             # -c (constraints install nothing), -e (the project itself), --index-url, -f...: no pins
+
+    def requirements(self, source: str, complete: bool) -> Requirements:
+        """What was read, a pin that lies outside a range of the same package refused."""
+        ranges = dict(self.ranges or {})
+        for name, (spec, said) in list(ranges.items()):
+            if name in self.found:
+                version, where = self.found[name]
+                if not SpecifierSet(spec, prereleases=True).contains(Version(version)):
+                    raise UserError(where, "", f"pins {name} at {version}, outside {said}", "keep one of the two")
+                del ranges[name]
+        return Requirements(
+            source=source,
+            pins={name: version for name, (version, _) in self.found.items()},
+            ranges=ranges,
+            complete=complete,
+        )
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a requirements file, a lock or a project's dependencies ask for on this platform: the packages pinned
+    (``pins``), and those only given a range or a name (``ranges``: the specifier, and where it is written). A
+    lock's is ``complete``: everything the environment holds, each pinned."""
+
+    source: str
+    pins: Mapping[str, str]
+    ranges: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    complete: bool = False
+
+    def stack(self, option: str = "--requirements") -> Stack:
+        """The stack it pins; a ``UserError`` naming the first requirement that is not a pin."""
+        if self.ranges:
+            _, said = next(iter(self.ranges.values()))
+            where, _, rest = said.partition(": ")
+            field_, _, line = rest.partition(": ")
+            raise UserError(where, field_, f"{line or rest} is not a pinned version", _FIX_RANGE)
+        if not self.pins:
+            raise UserError(self.source, "", "pins no package", _FIX_LOCK)
+        return Stack(source=self.source, versions=dict(self.pins), complete=self.complete)
+
+    def wanted(self, packages: Collection[str]) -> list[str]:
+        """The requirement lines (``name`` with its specifier) of ``packages`` it names, pins and ranges."""
+        pins = [f"{n}=={v}" for n, v in self.pins.items() if n in packages]
+        return [*pins, *(f"{n}{spec}" for n, (spec, _) in self.ranges.items() if n in packages)]
 
 
 def _pinned(requirement: Requirement) -> str | None:
@@ -253,11 +313,10 @@ def pins_from_freeze(text: str, where: str = "", strict: bool = False) -> dict[s
     return {name: version for name, (version, _) in pins.found.items()}
 
 
-def read_pins(path: Path, option: str = "", strict: bool = True) -> dict[str, str]:
-    """``pins_from_freeze`` of a requirements file and of every file it includes with ``-r`` (found beside the
-    file that includes it; at most ``MAX_INCLUDED_FILES`` files, ``MAX_INCLUDE_DEPTH`` deep; a cycle, or an
-    include by URL, refused naming the line), each read as every file a user names is read."""
-    pins = _Pins(strict)
+def _read_text_into(pins: _Pins, path: Path, option: str) -> None:
+    """A requirements file and every file it includes with ``-r`` (found beside the file that includes it; at
+    most ``MAX_INCLUDED_FILES`` files, ``MAX_INCLUDE_DEPTH`` deep; a cycle, or an include by URL, refused naming
+    the line), each read as every file a user names is read, into ``pins``."""
     fix = "pass a uv.lock, pylock.toml or pip freeze output"
 
     def read(file: Path, chain: tuple[str, ...]) -> None:
@@ -284,7 +343,66 @@ def read_pins(path: Path, option: str = "", strict: bool = True) -> dict[str, st
         pins.text(text, str(file), include)
 
     read(path, ())
+
+
+def read_pins(path: Path, option: str = "", strict: bool = True) -> dict[str, str]:
+    """``pins_from_freeze`` of a requirements file and of every file it includes with ``-r``."""
+    pins = _Pins(strict)
+    _read_text_into(pins, path, option)
     return {name: version for name, (version, _) in pins.found.items()}
+
+
+def _pyproject(path: Path, data: dict[str, object]) -> Requirements:
+    """A project's dependencies (PEP 621's ``[project] dependencies`` and every ``optional-dependencies`` group,
+    PEP 735's ``[dependency-groups]``), markers evaluated for this platform."""
+    pins = _Pins(strict=True, ranges={})
+    project = data.get("project")
+    lists: list[tuple[str, object]] = []
+    if isinstance(project, dict):
+        lists.append(("project.dependencies", project.get("dependencies", [])))
+        extras = project.get("optional-dependencies", {})
+        if isinstance(extras, dict):
+            lists += [(f"project.optional-dependencies.{k}", v) for k, v in extras.items()]
+    groups = data.get("dependency-groups", {})
+    if isinstance(groups, dict):
+        lists += [(f"dependency-groups.{k}", v) for k, v in groups.items()]
+    found = 0
+    for field_, entries in lists:
+        if not isinstance(entries, list):
+            raise UserError(path, field_, "is not a list of requirements", "write it as PEP 621 says")
+        for i, entry in enumerate(entries):
+            if isinstance(entry, str):  # a {include-group = ...} table: that group is read on its own
+                found += 1
+                pins.requirement(str(path), f"{field_}[{i}]", entry)
+    if not found:
+        tool = data.get("tool")
+        poetry = isinstance(tool, dict) and "poetry" in tool
+        raise UserError(
+            path,
+            "project.dependencies",
+            "names no requirement" + (" (a Poetry project's [tool.poetry] is not read)" if poetry else ""),
+            "pass its lock (uv.lock, poetry.lock) or pip freeze output",
+        )
+    return pins.requirements(str(path), complete=False)
+
+
+def read_requirement_file(path: Path, option: str = "--requirements") -> Requirements:
+    """What a file asks for on this platform: a pip requirements file (markers evaluated, ``-r`` followed, hashes
+    and options after a requirement ignored), a lock (``uv.lock``, ``poetry.lock``, ``pylock.toml``: ``complete``),
+    or a project's ``pyproject.toml`` (its dependencies, every optional group)."""
+    fix = "pass a requirements file, a uv.lock, poetry.lock or pylock.toml, or a pyproject.toml"
+    if path.suffix in (".lock", ".toml") or path.name.startswith("pylock"):
+        text = read_named_text(path, option, fix, limit=MAX_FILE_BYTES, what="a lock")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(path, "", f"is not TOML ({exc})", "pass the file as its tool wrote it, unedited") from None
+        if path.name == "pyproject.toml" or ("project" in data and "package" not in data and "packages" not in data):
+            return _pyproject(path, data)
+        return Requirements(source=str(path), pins=_toml_packages(path, data), complete=True)
+    pins = _Pins(strict=True, ranges={})
+    _read_text_into(pins, path, option)
+    return pins.requirements(str(path), complete=False)
 
 
 def _toml_packages(path: Path, data: dict[str, object]) -> dict[str, str]:
@@ -332,22 +450,36 @@ def _marker_holds(path: Path, field_: str, marker: str) -> bool:
 
 
 def read_requirements(path: Path, option: str = "--requirements") -> Stack:
-    """The stack a lock or pinned requirements file installs (``uv.lock``, ``pylock.toml``, ``pip freeze``) on
-    this platform: a requirements file's markers evaluated for it, its includes (``-r``) followed."""
-    if path.suffix == ".lock" or path.suffix == ".toml" or path.name.startswith("pylock"):
-        fix = "pass a uv.lock, pylock.toml or pip freeze output"
-        text = read_named_text(path, option, fix, limit=MAX_FILE_BYTES, what="a lock")
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UserError(path, "", f"is not TOML ({exc})", "pass the lock uv or pip wrote, unedited") from None
-        versions = _toml_packages(path, data)
-    else:
-        versions = read_pins(path, option, strict=True)
-    if not versions:
-        raise UserError(path, "", "pins no package", "pass a lock: pip freeze > FILE, uv pip compile, or uv.lock")
-    # A lock says which Python it allows (a range), not which one runs: the stack's python stays unknown.
-    return Stack(source=str(path), versions=versions, complete=True)
+    """The stack a lock or pinned requirements file installs on this platform (``read_requirement_file``); a
+    requirement that pins nothing is a ``UserError`` naming it (``--as-of`` resolves such a file as of a day)."""
+    requirements = read_requirement_file(path, option)
+    stack = requirements.stack(option)
+    # A lock says which Python it allows (a range), not which one runs: the stack's python stays unknown. A pip
+    # requirements file pinning every line is taken as the environment's listing, as pip freeze writes it.
+    return Stack(source=stack.source, versions=stack.versions, complete=True)
+
+
+def resolve_requirements(
+    requirements: Requirements,
+    as_of: str,
+    packages: Collection[str],
+    resolve: Callable[[list[str]], Mapping[str, str]],
+) -> Stack:
+    """The stack ``requirements`` install as of ``as_of``: the lines of ``packages`` (those documented failures
+    depend on) resolved together by ``resolve`` (pins as written, the rest released before the day), the
+    releases they bring in (a torch that accelerate needs) included. The file's other lines take no part (a
+    package that builds against torch cannot be resolved without it); a package not named may be installed by
+    them, so the stack is not complete."""
+    lines = requirements.wanted(packages)
+    if not lines:
+        raise UserError(
+            requirements.source,
+            "",
+            f"names none of {', '.join(sorted(packages))}",
+            "pass the file that lists the training stack's packages",
+        )
+    versions = {str(canonicalize_name(k)): v for k, v in resolve(lines).items()}
+    return Stack(source=f"{requirements.source} as of {as_of}", versions=versions, complete=False)
 
 
 def read_interpreter(python: str = sys.executable) -> Listing:

@@ -461,12 +461,18 @@ class UvEnvironments:
         python: str,
         exclude_newer: str | None,
         exclude_packages: tuple[str, ...] = (),
+        as_of: str | None = None,
     ) -> dict[str, str]:
         """What ``requirements`` resolve to (package -> version) without installing
-        anything, as of ``exclude_newer`` when given, ``exclude_packages`` left out."""
+        anything: with ``exclude_newer``, nothing newer (pins included); with ``as_of``, as a floating cell
+        resolves as of that day (pins as written, the rest released before it); ``exclude_packages`` left out."""
         packages = dict(_split(r) for r in requirements)
         request = EnvRequest(
-            packages=packages, python=python, exclude_newer=exclude_newer, exclude_packages=exclude_packages
+            packages=packages,
+            python=python,
+            exclude_newer=exclude_newer,
+            exclude_packages=exclude_packages,
+            as_of=as_of,
         )
         return resolve_lock(self, request, self.dates).versions()
 

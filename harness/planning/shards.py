@@ -44,15 +44,15 @@ class Shard:
         return f"{self.index}/{self.count}"
 
 
-def parse_shard(text: str) -> Shard:
-    """``"2/4"`` -> Shard(2, 4); a ``UserError`` naming ``--shard`` otherwise."""
+def parse_shard(text: str, flag: str = "--shard") -> Shard:
+    """``"2/4"`` -> Shard(2, 4); a ``UserError`` naming ``flag`` otherwise."""
     match = _SHARD.match(text)
     if not match:
-        raise UserError("--shard", text, "is not I/N", "write the shard as I/N with 1 <= I <= N, e.g. --shard 1/4")
+        raise UserError(flag, text, "is not I/N", f"write it as I/N with 1 <= I <= N, e.g. {flag} 1/4")
     digits = len(str(MAX_SHARDS))
     if len(match[2].lstrip("0")) > digits or len(match[1].lstrip("0")) > digits or int(match[2]) > MAX_SHARDS:
         raise UserError(
-            "--shard",
+            flag,
             text,
             f"splits the plan into more than {MAX_SHARDS:,} shards",
             f"give N from 1 to {MAX_SHARDS:,}: one shard per runner",
@@ -60,10 +60,10 @@ def parse_shard(text: str) -> Shard:
     index, count = int(match[1]), int(match[2])
     if count < 1 or not 1 <= index <= count:
         raise UserError(
-            "--shard",
+            flag,
             text,
             f"shard {index} of {count} does not exist",
-            f"pick I from 1 to N, e.g. --shard 1/{max(count, 1)}",
+            f"pick I from 1 to N, e.g. {flag} 1/{max(count, 1)}",
         )
     return Shard(index, count)
 

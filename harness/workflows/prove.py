@@ -36,16 +36,28 @@ def _python(stack: Stack) -> str:
     return f"{version.major}.{version.minor}" if version is not None else DEFAULT_PYTHON
 
 
-def stack_matrix(stack: Stack, failures: Sequence[ReproSpec], atlas_dir: Path, passthrough: bool) -> Path:
-    """A matrix of one cell that is ``stack``, written under ``atlas_dir``; its path."""
+def stack_matrix(
+    stack: Stack,
+    failures: Sequence[ReproSpec],
+    atlas_dir: Path,
+    passthrough: bool,
+    as_of: str | None = None,
+    what: str = "the stack atlas check --prove was asked about",
+) -> Path:
+    """A matrix of one cell that is ``stack``, written under ``atlas_dir``; its path. ``as_of``: the day the
+    packages the stack does not pin are resolved as of (nothing released after it is installed: the cell's
+    ``exclude_newer``), a stack's own day. A build's local label (``2.9.0+cu129``, PyTorch's own index) is
+    pinned as its release (``==2.9.0``): the registry's build of it is what installs here."""
     wanted = list(dict.fromkeys([*TRACKED_PACKAGES, *(p for f in failures for p in f.deciding_packages)]))
-    packages = {name: f"=={stack.versions[name]}" for name in wanted if name in stack.versions}
+    packages = {name: f"=={_installable(stack.versions[name])}" for name in wanted if name in stack.versions}
     cell: dict[str, object] = {
-        "description": f"the stack atlas check --prove was asked about ({stack.source}): {stack.text(wanted)}",
+        "description": f"{what} ({stack.source}): {stack.text(wanted)}",
         "lanes": ["prove"],
     }
     if passthrough:
         cell["provider"] = "passthrough"
+    if as_of is not None:
+        cell["exclude_newer"] = as_of
     matrix = {
         "version": 1,
         "default_lane": "prove",
@@ -53,14 +65,19 @@ def stack_matrix(stack: Stack, failures: Sequence[ReproSpec], atlas_dir: Path, p
         "defaults": {"world_size": DEFAULT_WORLD_SIZE, "python": _python(stack), "packages": packages},
         "cells": {CELL: cell},
     }
-    text = "# Written by ft-regress atlas check --prove: the stack it was asked about, as one cell.\n" + yaml.safe_dump(
-        matrix, sort_keys=False
-    )
+    text = f"# Written by ft-regress atlas: {what}, as one cell.\n" + yaml.safe_dump(matrix, sort_keys=False)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = atlas_dir / STACKS_DIR / f"{digest}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def _installable(version: str) -> str:
+    """A version as a cell pins it: a CUDA build's local label (``+cu129``) dropped, a CPU build's kept (a
+    find-links folder holds such builds; ``==2.13.0`` would find them too)."""
+    release, _, label = version.partition("+")
+    return version if not label or label == "cpu" else release
 
 
 def run_stack(opts: RunOptions, console: Console, argv: Sequence[str]) -> tuple[int, Path | None]:

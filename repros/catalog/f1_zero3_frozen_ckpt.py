@@ -20,6 +20,7 @@ fixed: the same scenario through the fixed trainer's guards.
 from __future__ import annotations
 
 from repros.catalog._stacks import CURRENT, TF4
+from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
@@ -36,6 +37,8 @@ _ESTABLISHED = (
 
 #: The documented configuration (the ``bug`` mode; ``fixed`` runs it through the guards).
 SCENARIO = Scenario(zero_stage=3, bf16=True, gradient_checkpointing=True, use_reentrant=False)
+
+DEPENDS_ON = ("torch", "deepspeed", "peft", "transformers")
 
 SPEC = ReproSpec(
     id="F1",
@@ -58,6 +61,11 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
+        # The surveyed stacks first: a run of one of them is compared with what was seen there.
+        *surveyed(
+            DEPENDS_ON,
+            otherwise={"openrlhf-v0.4.0": Outcome.NOT_REPRODUCED, "openrlhf-v0.11.0": Outcome.NOT_REPRODUCED},
+        ),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
@@ -78,7 +86,7 @@ SPEC = ReproSpec(
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
-    depends_on=("torch", "deepspeed", "peft", "transformers"),
+    depends_on=DEPENDS_ON,
     depends_on_why=(
         "ZeRO-3 (deepspeed) re-partitions the frozen weights of a LoRA of peft's while torch recomputes transformers' "
         "non-reentrant checkpoint; the fixed trainer drives the engine itself, so accelerate takes no part, and "

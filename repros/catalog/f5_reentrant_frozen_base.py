@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
+from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
@@ -64,6 +65,8 @@ SCENARIO = Scenario(
     use_reentrant=None,
 )
 
+DEPENDS_ON = ("torch", "deepspeed", "transformers")
+
 SPEC = ReproSpec(
     id="F5",
     title="Reentrant checkpointing + frozen base, only LoRA trainable: no gradient",
@@ -100,6 +103,8 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
+        # The surveyed stacks first: a run of one of them is compared with what was seen there.
+        *surveyed(DEPENDS_ON, otherwise={"openrlhf-v0.11.0": Outcome.NOT_REPRODUCED}),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
@@ -120,7 +125,7 @@ SPEC = ReproSpec(
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
-    depends_on=("torch", "deepspeed", "transformers"),
+    depends_on=DEPENDS_ON,
     depends_on_why=(
         "DeepSpeed-Chat's flow: its own LoRA layers (not peft's) under ZeRO-2, checkpointed reentrantly by "
         "transformers' default, on torch's autograd; accelerate and bitsandbytes take no part"

@@ -27,6 +27,7 @@ shards last: a ``[0]``-shaped adapter on the fixed release, which would be taken
 from __future__ import annotations
 
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18, stack
+from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -45,6 +46,8 @@ _ESTABLISHED = (
     "--bad 4.57.6 --cell tf4 -> first good: transformers==5.0.0 (7 steps, 732 s: 4.57.6 REPRODUCED; 5.0.0, "
     "5.1.0, 5.4.0, 5.5.4, 5.11.0, 5.23.0 NOT_REPRODUCED)"
 )
+
+DEPENDS_ON = ("torch", "deepspeed", "peft", "transformers", "accelerate")
 
 SPEC = ReproSpec(
     id="F7",
@@ -76,6 +79,8 @@ SPEC = ReproSpec(
         ),
     ),
     expectations=(
+        # The surveyed stacks first: a run of one of them is compared with what was seen there.
+        *surveyed(DEPENDS_ON, otherwise={"openrlhf-v0.11.0": Outcome.NOT_REPRODUCED}),
         Expectation(
             "bug",
             Outcome.REPRODUCED,
@@ -96,7 +101,7 @@ SPEC = ReproSpec(
         ),
         Expectation("fixed", Outcome.PASS, {}, established_by=_ESTABLISHED),
     ),
-    depends_on=("torch", "deepspeed", "peft", "transformers", "accelerate"),
+    depends_on=DEPENDS_ON,
     depends_on_why=(
         "transformers' Trainer (through accelerate) saves peft's adapter from a ZeRO-3 (deepspeed) engine on torch; "
         "nothing is quantized"

@@ -23,6 +23,7 @@ and "FSDP needs a non-CPU accelerator device" (FSDP1 on a CPU without ``device_i
 from __future__ import annotations
 
 from repros.catalog._stacks import CURRENT, TF4, TORCH_2_0_TF4_40
+from repros.catalog._surveyed import SURVEYED, surveyed_by
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
@@ -82,9 +83,12 @@ SPEC = ReproSpec(
             "bug",
             Outcome.REPRODUCED,
             {"torch": ">=2.1"},
-            established_by=_ESTABLISHED,
-            under=(CURRENT, TF4),
-            observed={"torch": ("2.13.0",)},
+            established_by=(
+                f"{_ESTABLISHED}; at torch 2.4.0: {surveyed_by('openrlhf-v0.4.0')}; "
+                f"at torch 2.5.1: {surveyed_by('trl-2514')}"
+            ),
+            under=(CURRENT, TF4, SURVEYED["openrlhf-v0.4.0"], SURVEYED["trl-2514"]),
+            observed={"torch": ("2.4.0", "2.5.1", "2.13.0")},
             established_on="cpu",
         ),
         Expectation(

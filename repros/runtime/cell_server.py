@@ -88,13 +88,38 @@ def _reply(stream: Any, event: dict[str, Any]) -> None:
 
 
 def _import(name: str) -> tuple[float | None, str | None]:
-    """Import ``name``: the seconds it took, or the error it raised."""
+    """Import ``name``: the seconds it took, or the error it raised (and what it left half-imported forgotten)."""
     started = time.perf_counter()
+    before = set(sys.modules)
     try:
         importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - a broken package is reported, not fatal
+        forget_orphans(before)
         return None, f"{type(exc).__name__}: {exc}"
     return round(time.perf_counter() - started, 3), None
+
+
+def forget_orphans(before: set[str]) -> list[str]:
+    """Forget the modules a failed import added whose package the failure unloaded again.
+
+    Python drops each module whose code raised, but keeps the submodules that finished meanwhile: a forked rank
+    importing the package anew would run its ``__init__`` against those leftovers and meet another error (DeepSpeed
+    0.16.3 with triton 3.2 on a CPU: a circular ``ImportError`` instead of triton's "0 active drivers"). Forgotten,
+    the rank imports the package as a fresh ``import`` does and meets the error a user meets."""
+    orphans = [
+        name
+        for name in list(sys.modules)
+        if name not in before and any(parent not in sys.modules for parent in _packages_of(name))
+    ]
+    for name in orphans:
+        del sys.modules[name]
+    return orphans
+
+
+def _packages_of(name: str) -> list[str]:
+    """``a.b.c`` -> ``a``, ``a.b``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def cuda_present() -> bool:

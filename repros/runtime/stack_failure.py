@@ -9,9 +9,11 @@ the rank only says what failed, since only the rank sees its own ``sys.path``.
 
 Two shapes count:
 
-* an ``ImportError`` raised while an installed package's module-level code ran (the traceback passes
-  through a ``<module>`` frame of a file of a package some installed distribution provides; the
-  project's own modules and a user's script are none): that package does not import;
+* an error raised while an installed package's module-level code ran (the traceback passes through a
+  ``<module>`` frame of a file of a package some installed distribution provides; the project's own
+  modules and a user's script are none): that package does not import. An ``ImportError`` mostly, but
+  not only: DeepSpeed 0.16.3 with triton 3.2 on a machine without a GPU raises triton's
+  ``RuntimeError: 0 active drivers`` as ``import deepspeed`` runs (DeepSpeed#7028);
 * a ``ModuleNotFoundError`` for a top-level module nothing on ``sys.path`` provides, raised by the
   project's own code: the cell lacks that package.
 
@@ -25,8 +27,11 @@ import importlib.util
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from importlib import metadata
 
+#: How a reason says a package does not import (the atlas tells such a stack apart from one that ran).
+DOES_NOT_IMPORT = "does not import in this cell"
 #: Packages that are the project's own, wherever they are installed.
 _OURS = frozenset({"repros", "harness"})
 
@@ -52,10 +57,10 @@ def _installed(top_level: str) -> bool:
 
 def stack_failure(exc: BaseException) -> str | None:
     """The reason the cell's stack failed, where ``exc`` is such a failure; None for any other error."""
-    if not isinstance(exc, ImportError):
+    if not isinstance(exc, Exception):
         return None
     message = f"{type(exc).__name__}: {exc}"
-    distributed: dict[str, list[str]] | None = None
+    distributed: Mapping[str, list[str]] | None = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.name != "<module>" or frame.filename.startswith("<"):
             continue
@@ -65,7 +70,7 @@ def stack_failure(exc: BaseException) -> str | None:
         if distributed is None:
             distributed = metadata.packages_distributions()
         if package in distributed:
-            return f"{package} does not import in this cell: {message}"
+            return f"{package} {DOES_NOT_IMPORT}: {message}"
     name = getattr(exc, "name", None)
     if isinstance(exc, ModuleNotFoundError) and name:
         top_level = name.partition(".")[0]

@@ -156,13 +156,17 @@ def saved_files(out: Path) -> dict[str, Any]:
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()} if out.is_dir() else {}
     shapes: dict[str, list[int]] = {}
     weights = out / "adapter_model.safetensors"
+    unreadable = None
     if weights.exists():
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(weights), framework="pt") as f:
-            for key in f.keys():
-                shapes[key] = list(f.get_slice(key).get_shape())
-    return {"files": files, "tensor_shapes": shapes}
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                for key in f.keys():
+                    shapes[key] = list(f.get_slice(key).get_shape())
+        except SafetensorError as exc:  # an empty file (a save that wrote nothing): what it holds is no tensor
+            unreadable = str(exc)
+    return {"files": files, "tensor_shapes": shapes, **({"unreadable": unreadable} if unreadable else {})}
 
 
 def reload_and_compare(scenario: Any, base_dir: Path, adapter_dir: Path, trained: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +178,13 @@ def reload_and_compare(scenario: Any, base_dir: Path, adapter_dir: Path, trained
 
     from repros.trainer.tiny_models import fixed_batch, model_inputs
 
+    saved = saved_files(adapter_dir)
+    if saved.get("unreadable") and trained:
+        # The adapter was saved without its tensors (an empty file): loading it raises before any comparison.
+        raise ReloadedAdapterDiffers(
+            f"reloaded adapter differs from the trained one: the saved adapter holds no tensor (saved files "
+            f"{saved['files']}: {saved['unreadable']}), the trained one {len(trained)}"
+        )
     batch = fixed_batch(0, scenario.batch_size, scenario.seq_len)
     inputs = model_inputs(batch)
     with torch.no_grad():

@@ -156,6 +156,16 @@ def _full_fp32(params: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def _deepspeed_dropped_on_cpu() -> bool:
+    """Whether this accelerate runs the Trainer without DeepSpeed when told to use the CPU (before 1.0 its
+    ``PartialState(cpu=True)`` never takes DeepSpeed: the Trainer wraps the model in DDP, its ZeRO-3 weights
+    empty). There, not saying ``use_cpu`` lets DeepSpeed's CPU accelerator place the ranks on the CPU."""
+    import accelerate
+    from packaging.version import Version
+
+    return Version(accelerate.__version__) < Version("1.0")
+
+
 def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -> Trained:
     """Train ``scenario`` (guards already applied) with transformers' ``Trainer``; the same facts as
     the own loop go to ``ctx.facts``."""
@@ -167,23 +177,33 @@ def train_hf(scenario: Scenario, ctx: RankContext, work: Path, base_dir: Path) -
     # after them, as users mostly do, under ZeRO-3 from_pretrained runs inside deepspeed.zero.Init.
     base = None if scenario.zero_init else adapter_io.load_base(base_dir)
     batch_size = scenario.batch_size or 1  # the trainer has set it from the model size
-    args = TrainingArguments(
-        output_dir=str(work / "trainer"),
-        per_device_train_batch_size=batch_size,
-        max_steps=ctx.steps,
-        gradient_accumulation_steps=scenario.gradient_accumulation_steps,
-        # WarmupLR needs at least one warm-up step ("warmup_num_steps must be a positive integer").
-        warmup_steps=1,
-        learning_rate=scenario.learning_rate,
-        bf16=scenario.bf16,
-        use_cpu=ctx.device_type == "cpu",
-        deepspeed=trainer_deepspeed_config(scenario),
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        dataloader_pin_memory=False,
-    )
+
+    def arguments(warmup_steps: int) -> Any:
+        return TrainingArguments(
+            output_dir=str(work / "trainer"),
+            per_device_train_batch_size=batch_size,
+            max_steps=ctx.steps,
+            gradient_accumulation_steps=scenario.gradient_accumulation_steps,
+            warmup_steps=warmup_steps,
+            learning_rate=scenario.learning_rate,
+            bf16=scenario.bf16,
+            use_cpu=ctx.device_type == "cpu" and not _deepspeed_dropped_on_cpu(),
+            deepspeed=trainer_deepspeed_config(scenario),
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            dataloader_pin_memory=False,
+        )
+
+    # WarmupLR needs at least one warm-up step ("warmup_num_steps must be a positive integer"); transformers
+    # 4.43 reads a warm-up of one step as a ratio and refuses it ("warmup_steps must be either 0 or > 1"): two there.
+    try:
+        args = arguments(1)
+    except ValueError as exc:
+        if "warmup_steps must be either 0 or > 1" not in str(exc):
+            raise
+        args = arguments(2)
     model = build_model(scenario, base=base if base is not None else adapter_io.load_base(base_dir))
     ctx.facts["scenario_facts"] = scenario_facts(scenario, model)
     adapters = adapter_parameters(model)

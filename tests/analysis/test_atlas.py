@@ -55,16 +55,24 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 # -- the bar ------------------------------------------------------------------------------------------------------
 
 
-def test_trl_2514s_stack_is_never_called_free_of_f1_nor_affected_beyond_what_was_observed(tmp_path: Path) -> None:
+def test_trl_2514s_stack_is_affected_by_f1_from_its_run_under_torch_2_5_and_nothing_beyond_what_was_observed(
+    tmp_path: Path,
+) -> None:
     done = cli("check", "--stack", TRL_2514, "--atlas", str(tmp_path / "none"), "--device", "cpu")
     lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines()}
     assert set(lines) == set(DISCOVERY.repros)  # one line per documented failure, starting with its id
-    assert lines["F1"].startswith("F1 unknown: ")  # torch 2.5.1: outside every stack F1 was proven under
-    assert "torch 2.5.1 (proven: ==2.13.0)" in lines["F1"] and "--prove --repros F1" in lines["F1"]
-    # F8's range (torch >= 2.1) was observed at torch 2.13.0 only: 2.5.1 lies in it, but nothing ran there.
-    assert lines["F8"].startswith("F8 unknown: ") and "torch 2.5.1 in >=2.1 but beyond what was observed" in lines["F8"]
-    # Nothing was answered: the check says so and does not pass.
-    assert done.returncode == EXIT_NOTHING_CHECKED and "nothing was answered" in done.stderr, done.stdout + done.stderr
+    # The survey's run of the stack itself (a CUDA build of torch 2.5.1 on a CPU), as the catalog keeps it.
+    assert lines["F1"].startswith(
+        "F1 affected: REPRODUCED where torch==2.5.1, deepspeed==0.15.3, peft==0.14.0, transformers==4.46.3 on cpu "
+        "[catalog 2026-11-29: python -m harness atlas survey --slice 3/8"
+    ), lines["F1"]
+    assert "trl-2514: torch==2.5.1" in lines["F1"]
+    assert all(lines[f].startswith(f"{f} affected: ") for f in ("F5", "F7", "F8"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    # A release next to it that nothing ran: unknown, with the command that would prove it.
+    near = cli("check", "--stack", TRL_2514.replace("0.15.3", "0.15.2"), "--repros", "F1", "--device", "cpu")
+    assert near.stdout.startswith("F1 unknown: ") and "--prove --repros F1" in near.stdout, near.stdout
+    assert near.returncode == EXIT_NOTHING_CHECKED
 
 
 def test_the_current_stack_is_free_of_f1_and_affected_by_f8() -> None:
@@ -360,6 +368,46 @@ def test_an_atlas_keeps_its_evidence_when_built_again_from_itself(tmp_path: Path
     assert f1 is not None and any(b.source == "watch" and b.first_bad == "0.20.0" for b in f1.boundaries)
 
 
+#: Like OpenRLHF v0.6.0's stack (which the catalog holds), with a DeepSpeed nothing was proven at.
+TORCH_2_6_DS_0_16_2 = {
+    "torch": "2.6.0",
+    "deepspeed": "0.16.2",
+    "transformers": "4.48.3",
+    "peft": "0.14.0",
+    "accelerate": "1.4.0",
+}
+
+
+def test_a_stack_that_does_not_import_is_unknown_saying_so_and_not_run_again(tmp_path: Path) -> None:
+    # DeepSpeed 0.16 with triton 3.2 does not import on a CPU (DeepSpeed#7028).
+    broken = (
+        "rank 1: deepspeed does not import in this cell: RuntimeError: 0 active drivers ([]). There should only be one."
+    )
+    versions = {**VERSIONS_NEW, **TORCH_2_6_DS_0_16_2}
+    timed_out = {**versions, "peft": "0.15.0"}
+    run = write_run(
+        tmp_path / "survey",
+        "run-survey",
+        "2026-11-29T04:06:06+00:00",
+        [
+            _record("stack", "F1", "bug", "INFRA", versions=versions, reasons=[broken]),
+            _record("other", "F1", "bug", "INFRA", versions=timed_out, reasons=["building the environment timed out"]),
+        ],
+    )
+    atlas = assemble(DISCOVERY, read_sources([run], DISCOVERY))
+    stack = " ".join(f"{p}=={v}" for p, v in TORCH_2_6_DS_0_16_2.items())
+    (found,) = check_stack(
+        atlas, DISCOVERY, parse_stack_text(stack), where_of(parse_stack_text(stack), "cpu", None, None), ["F1"]
+    )
+    assert found.verdict == UNKNOWN and found.why.startswith("it cannot run here: INFRA observed on this stack")
+    assert "deepspeed does not import in this cell: RuntimeError: 0 active drivers" in found.why
+    assert not found.provable and "prove it" not in found.why  # the survey does not run it again on a CPU
+    # An INFRA that says nothing of the stack (a build that timed out) is no answer: a run could still settle it.
+    other = parse_stack_text(stack.replace("peft==0.14.0", "peft==0.15.0"))
+    (again,) = check_stack(atlas, DISCOVERY, other, where_of(other, "cpu", None, None), ["F1"])
+    assert again.verdict == UNKNOWN and again.provable and "prove it" in again.why
+
+
 # -- usage errors ---------------------------------------------------------------------------------------------------
 
 
@@ -398,3 +446,11 @@ def test_a_uv_lock_is_read_as_the_stack_it_installs(tmp_path: Path) -> None:
     done = cli("check", "--requirements", str(lock), "--repros", "F1,F8", "--device", "cpu")
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines()[0].startswith("F1 not affected: ")
+
+
+def test_a_surveyed_stack_is_a_point_that_draws_no_boundary() -> None:
+    # The survey's expectations pin every package F1 depends on: F1's only boundaries are its bisect's, deepspeed's.
+    atlas = assemble(DISCOVERY, read_sources([], DISCOVERY))
+    f1 = atlas.failure("F1")
+    assert f1 is not None
+    assert {(b.package, b.kind, b.first_good) for b in f1.boundaries} == {("deepspeed", "fixed", "0.19.3")}

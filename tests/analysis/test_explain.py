@@ -203,7 +203,7 @@ def test_the_users_versions_fall_in_the_measured_affected_or_fixed_range(tmp_pat
     versions = from_freeze(freeze)
     assert versions == {"deepspeed": "0.19.2", "torch": "2.13.0+cpu"}
     assert versions_line(SPECS["F1"], versions) == [
-        "your versions: deepspeed 0.19.2, torch 2.13.0+cpu",
+        "your versions: torch 2.13.0+cpu, deepspeed 0.19.2",
         "in the range measured as affected: deepspeed<0.19.3",
     ]
     assert "in a range measured as fixed (deepspeed>=0.19.3)" in versions_line(SPECS["F1"], {"deepspeed": "0.19.8"})[1]

@@ -50,8 +50,8 @@ def test_pip_freeze_output_is_read_and_a_range_in_a_lock_is_refused_with_its_lin
     with pytest.raises(UserError) as raised:
         read_requirements(lock)
     assert raised.value.line() == (
-        f"{lock}: line 7: 'accelerate>=1.0' is not a pinned version; pass a lock (pip freeze > FILE, "
-        "uv pip compile, uv.lock) or pin it (name==version)"
+        f"{lock}: line 7: 'accelerate>=1.0' is not a pinned version; pass --as-of DAY to resolve it as of a day, "
+        "or a lock (pip freeze > FILE, uv pip compile, uv.lock), or pin it (name==version)"
     )
     assert pins_from_freeze("accelerate>=1.0\n") == {}  # explain reads what it can
 

@@ -54,6 +54,37 @@ def test_a_package_whose_own_imports_fail_does_not_import(site: Path) -> None:
     )
 
 
+def test_a_package_whose_module_level_code_raises_another_error_does_not_import(site: Path) -> None:
+    # DeepSpeed 0.16.3 with triton 3.2 on a CPU: triton's autotuner, built as deepspeed imports, finds no driver.
+    _package(site, "ftr_triton_user", "0.16.3", "from ftr_kernels import matmul\n")
+    (site / "ftr_kernels").mkdir()
+    (site / "ftr_kernels" / "__init__.py").write_text("")
+    (site / "ftr_kernels" / "matmul.py").write_text(
+        "def autotune():\n    raise RuntimeError('0 active drivers ([]). There should only be one.')\nautotune()\n"
+    )
+
+    def repro() -> None:
+        import ftr_triton_user  # noqa: F401
+
+    reason = stack_failure(_raised(repro))
+    assert reason == (
+        "ftr_triton_user does not import in this cell: RuntimeError: 0 active drivers ([]). There should only be one."
+    )
+
+
+def test_an_error_a_librarys_function_raises_is_the_scenarios(site: Path) -> None:
+    _package(
+        site, "ftr_engine", "1.0", "def step():\n    raise RuntimeError('element 0 of tensors does not require grad')\n"
+    )
+
+    def repro() -> None:
+        import ftr_engine
+
+        ftr_engine.step()
+
+    assert stack_failure(_raised(repro)) is None
+
+
 def test_a_package_the_cell_lacks_is_named(site: Path) -> None:
     def repro() -> None:
         import ftr_bitsandbytes  # noqa: F401

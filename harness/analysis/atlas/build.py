@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
+from harness.analysis.atlas.check import check_stack, where_of
 from harness.analysis.atlas.derive import (
     catalog_boundaries,
     drawn_boundaries,
@@ -20,9 +21,10 @@ from harness.analysis.atlas.derive import (
 )
 from harness.analysis.atlas.evidence import Sources, read_sources
 from harness.analysis.atlas.expectations import catalog_claims
-from harness.analysis.atlas.html import write_page
+from harness.analysis.atlas.html import SurveyedStack, write_page
 from harness.analysis.atlas.issues import write_issues
-from harness.analysis.atlas.model import AtlasFile, FailureEntry, write_atlas
+from harness.analysis.atlas.model import ATLAS_FILE, AtlasFile, FailureEntry, write_atlas
+from harness.analysis.atlas.survey import in_survey_order, load_survey
 from harness.analysis.explain.match import cost_lines, guard_lines
 from harness.config.repros import Discovery, Repro
 from harness.reports.cost_table import CostEntry
@@ -61,9 +63,19 @@ def assemble(discovery: Discovery, sources: Sources, costs: Sequence[CostEntry] 
     )
 
 
-def write_build(out: Path, atlas: AtlasFile, sources: Sources) -> list[Path]:
+def surveyed_answers(atlas: AtlasFile, discovery: Discovery) -> list[SurveyedStack]:
+    """Every stack of the built-in survey and what the atlas answers for it, failure by failure, on a CPU (where
+    the evidence ran; on a GPU a CPU's proof answers nothing)."""
+    found = []
+    for stack in in_survey_order(load_survey()):
+        answers = check_stack(atlas, discovery, stack.stack, where_of(stack.stack, "cpu", None, None))
+        found.append(SurveyedStack(stack.id, stack.title, stack.source.text(), {a.failure: a.verdict for a in answers}))
+    return found
+
+
+def write_build(out: Path, atlas: AtlasFile, sources: Sources, discovery: Discovery) -> list[Path]:
     """``atlas.json``, ``index.html`` and the issues' texts in ``out``; the paths written."""
-    written = [write_atlas(out, atlas), write_page(out, atlas)]
+    written = [write_atlas(out, atlas), write_page(out, atlas, surveyed_answers(atlas, discovery))]
     written += write_issues(out, sources.changes, atlas)
     return written
 
@@ -71,4 +83,10 @@ def write_build(out: Path, atlas: AtlasFile, sources: Sources) -> list[Path]:
 def build_atlas(out: Path, directories: Sequence[Path], discovery: Discovery) -> tuple[AtlasFile, list[Path]]:
     sources = read_sources(directories, discovery)
     atlas = assemble(discovery, sources)
-    return atlas, write_build(out, atlas, sources)
+    return atlas, write_build(out, atlas, sources, discovery)
+
+
+def load_atlas(discovery: Discovery, atlas_dir: Path | None, directories: Sequence[Path]) -> AtlasFile:
+    """The catalog with what the atlas directory keeps (where it has an ``atlas.json``) and ``directories`` hold."""
+    dirs = [atlas_dir] if atlas_dir is not None and (atlas_dir / ATLAS_FILE).is_file() else []
+    return assemble(discovery, read_sources([*dirs, *directories], discovery))

@@ -20,10 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis.atlas.build import assemble
-from harness.analysis.atlas.evidence import read_sources
-from harness.analysis.atlas.model import ATLAS_FILE, BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
-from harness.analysis.atlas.regions import Where, inside, matching_stack, observed_text, outside, verdict_of
+from harness.analysis.atlas.model import BAD, GOOD, OTHER, UNOBSERVED, AtlasFile, Claim, FailureEntry
+from harness.analysis.atlas.regions import (
+    Where,
+    inside,
+    is_pin,
+    matching_stack,
+    observed_text,
+    outside,
+    verdict_of,
+)
 from harness.analysis.explain.match import cost_lines, guard_lines
 from harness.config.repros import Discovery
 from harness.core.errors import EXIT_NOTHING_CHECKED
@@ -73,12 +79,6 @@ def where_of(stack: Stack, device: str | None, world_size: int | None, family: s
     )
 
 
-def load_atlas(discovery: Discovery, atlas_dir: Path | None, directories: Sequence[Path]) -> AtlasFile:
-    """The catalog with what the atlas directory keeps (where it has an ``atlas.json``) and ``directories`` hold."""
-    dirs = [atlas_dir] if atlas_dir is not None and (atlas_dir / ATLAS_FILE).is_file() else []
-    return assemble(discovery, read_sources([*dirs, *directories], discovery))
-
-
 def _short(command: str) -> str:
     return command if len(command) <= MAX_COMMAND else command[: MAX_COMMAND - 2].rstrip() + " …"
 
@@ -97,7 +97,8 @@ def _claim_text(claim: Claim, where: Where, depends_on: Sequence[str]) -> str:
         scope = ", ".join(str(x) for x in (claim.device, f"{claim.world_sizes.lstrip('=')} ranks", claim.family) if x)
         return f"{claim.outcome} observed on this stack ({scope}) {_evidence_text(claim)}"
     ranges = ", ".join(
-        f"{p} {where.version(p)} in {s} (observed {observed_text(claim, p)})" for p, s in claim.when.items()
+        f"{p}{s}" if is_pin(s) else f"{p} {where.version(p)} in {s} (observed {observed_text(claim, p)})"
+        for p, s in claim.when.items()
     )
     held = [p for p in depends_on if p not in claim.when]
     stack = matching_stack(claim, where, depends_on) or {}
@@ -139,6 +140,8 @@ def decide(claims: Sequence[Claim], where: Where, depends_on: Sequence[str]) -> 
     if trusted:
         seen = [c for c in trusted if verdict_of(c.outcome) == OTHER] or trusted
         said = "; ".join(_claim_text(c, where, depends_on) + (f" ({c.note})" if c.note else "") for c in seen)
+        if not verdicts:  # only INFRA: the failure cannot run there (CUDA-only on a CPU, a stack that does not import)
+            return Decision(UNKNOWN, tuple(seen), f"it cannot run here: {said}", provable=False)
         return Decision(UNKNOWN, tuple(seen), f"another outcome was proven here: {said}", provable=False)
     if applicable:
         against = applicable[0].contradicted_by[0]

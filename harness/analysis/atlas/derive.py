@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.analysis.atlas.evidence import Drawn
 from harness.analysis.atlas.model import BAD, GOOD, UNOBSERVED, Boundary, Claim, Evidence
-from harness.analysis.atlas.regions import inside, observed_versions, point_where, verdict_of
+from harness.analysis.atlas.regions import inside, observed_versions, pins_a_point, point_where, verdict_of
 
 
 def is_point(claim: Claim) -> bool:
@@ -172,7 +172,7 @@ def _before(versions: Sequence[str], edge: str) -> list[str]:
 def catalog_boundaries(claims: Sequence[Claim], depends_on: Sequence[str]) -> list[Boundary]:
     """The boundaries the catalog's claims that the failure is there draw (see the module's text)."""
     points = [c for c in claims if is_point(c)]
-    ranges = [c for c in claims if c.source == "catalog"]
+    ranges = [c for c in claims if c.source == "catalog" and not pins_a_point(c, depends_on)]
     found: list[Boundary] = []
     for claim in (c for c in ranges if verdict_of(c.outcome) == BAD):
         for stack in claim.under or [{}]:

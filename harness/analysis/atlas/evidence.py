@@ -41,6 +41,7 @@ from harness.records.run_dir import RESULTS_FILE, RunDir
 from harness.records.run_meta import RunMeta
 from harness.reports.cost_table import CostEntry
 from repros.runtime.outcomes import Outcome
+from repros.runtime.stack_failure import DOES_NOT_IMPORT
 
 #: The largest ``bisect.json`` read.
 MAX_BISECT_BYTES = 64 * 2**20
@@ -102,16 +103,26 @@ def record_evidence(
     )
 
 
+def does_not_import(record: ItemRecord) -> str | None:
+    """Why the record's stack could not run at all, where a package of it does not import (its reason)."""
+    if record.outcome != Outcome.INFRA:
+        return None
+    return next((r for r in record.reasons if DOES_NOT_IMPORT in r), None)
+
+
 def point(
     record: ItemRecord, meta: RunMeta, depends_on: Sequence[str], where: Path, crosscheck: bool = False
 ) -> Claim | None:
     """A ``bug`` record of the documented scenario (or a crosscheck record read as one) as a claim of one point
-    (None: it observed nothing)."""
+    (None: it observed nothing). A stack a package of which does not import observed nothing either, but is a
+    point all the same (INFRA, its reason its note): a property of the stack on that device, said as such, not a
+    question a run there could settle."""
     if record.mode != "bug" or record.variant is not None or record.scenario is not None:
         return None
     if record.kind == "crosscheck" and not crosscheck:
         return None
-    if verdict_of(record.outcome) == UNOBSERVED:
+    broken = does_not_import(record)
+    if verdict_of(record.outcome) == UNOBSERVED and broken is None:
         return None
     versions = _record_versions(record, meta)
     when = {p: f"=={public(versions[p])}" for p in depends_on if versions.get(p)}
@@ -123,6 +134,7 @@ def point(
         world_sizes=f"=={record.world_size}",
         family=record.family,
         source="run",
+        note=broken or "",
         evidence=[record_evidence(record, where, versions, depends_on)],
     )
 

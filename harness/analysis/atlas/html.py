@@ -1,16 +1,20 @@
 """The atlas as a page (``index.html``): self-contained (styles and figures inline, nothing fetched), readable at a
-glance: a picture per package of where each failure is there and where it is not, then each package's
-boundaries with what they were proven under and the evidence, then each failure with its claims.
+glance: a picture per package of where each failure is there and where it is not, then the ground covered (per
+failure and package, the releases proven bad, proven good, or not yet known, and which surveyed stacks are
+affected), then each package's boundaries with what they were proven under and the evidence, then each failure
+with its claims.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from markupsafe import Markup
 from packaging.version import InvalidVersion, Version
 
+from harness.analysis.atlas.coverage import coverage
 from harness.analysis.atlas.model import (
     BAD,
     GOOD,
@@ -161,7 +165,29 @@ def package_figure(atlas: AtlasFile, package: str) -> Markup | None:
         return Markup(svg_text(fig))
 
 
-def render_page(atlas: AtlasFile) -> str:
+@dataclass(frozen=True)
+class SurveyedStack:
+    """A surveyed stack as the page shows it: its id, title, where it came from, and the atlas's answer per failure."""
+
+    id: str
+    title: str
+    source: str
+    verdicts: Mapping[str, str]
+
+
+def ground_covered(atlas: AtlasFile, surveyed: Sequence[SurveyedStack]) -> list[dict[str, object]]:
+    """Per failure: per package that decides it, the releases proven bad, proven good, or where something else was
+    seen (everything else not yet known); and the surveyed stacks it is proven there for, not there for, unknown."""
+    rows = []
+    for entry in atlas.failures:
+        by_verdict: dict[str, list[str]] = {}
+        for stack in surveyed:
+            by_verdict.setdefault(stack.verdicts.get(entry.id, "unknown"), []).append(stack.id)
+        rows.append({"entry": entry, "packages": coverage(entry), "stacks": by_verdict})
+    return rows
+
+
+def render_page(atlas: AtlasFile, surveyed: Sequence[SurveyedStack] = ()) -> str:
     packages = _packages(atlas)
     by_package = {
         p: sorted(
@@ -185,12 +211,14 @@ def render_page(atlas: AtlasFile) -> str:
         figures={p: package_figure(atlas, p) for p in packages},
         counts=counts,
         verdict_of=verdict_of,
+        covered=ground_covered(atlas, surveyed),
+        surveyed=surveyed,
     )
 
 
-def write_page(out: Path, atlas: AtlasFile) -> Path:
+def write_page(out: Path, atlas: AtlasFile, surveyed: Sequence[SurveyedStack] = ()) -> Path:
     path = out / HTML_FILE
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render_page(atlas), encoding="utf-8")
+    tmp.write_text(render_page(atlas, surveyed), encoding="utf-8")
     tmp.replace(path)
     return path

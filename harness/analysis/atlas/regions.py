@@ -94,6 +94,17 @@ def _holes(spec: str) -> list[Version]:
     return found
 
 
+def is_pin(spec: str) -> bool:
+    """``==2.5.1``: one release, not a range."""
+    return spec.startswith("==") and "," not in spec and "*" not in spec
+
+
+def pins_a_point(claim: Claim, depends_on: Sequence[str]) -> bool:
+    """Whether the claim pins every package the failure depends on to one release (a surveyed stack's): a point,
+    which draws no boundary."""
+    return all(is_pin(claim.when.get(p, "")) for p in depends_on)
+
+
 def observed_versions(claim: Claim, package: str) -> list[str]:
     """The releases of ``package`` the claim's outcome was observed at (a pin: its own release)."""
     if package in claim.observed:
