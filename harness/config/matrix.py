@@ -344,9 +344,13 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
 
     excludes: list[Exclude] = []
     for i, raw in enumerate(data.get("exclude") or []):
-        if "cell" in raw and raw["cell"] not in cells:
-            raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", one_of(raw["cell"], cells))
-        # ``repro`` names one repro or a list of them (one exclusion each, the same reason).
+        # ``cell`` and ``repro`` each name one or a list (one exclusion for each pair, the same reason).
+        named_cells = raw.get("cell")
+        cell_list = named_cells if isinstance(named_cells, list) else [named_cells]
+        for j, cell_name in enumerate(cell_list):
+            if cell_name is not None and cell_name not in cells:
+                field = f"exclude[{i}].cell" + (f"[{j}]" if isinstance(named_cells, list) else "")
+                raise UserError(path, field, f"unknown cell {cell_name!r}", one_of(cell_name, cells))
         named_repros = raw.get("repro")
         listed = named_repros if isinstance(named_repros, list) else [named_repros]
         for j, repro in enumerate(listed):
@@ -357,8 +361,9 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
             raise UserError(
                 path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
             )
-        for repro in listed:
-            excludes.append(Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=repro, mode=raw.get("mode")))
+        for cell_name in cell_list:
+            for repro in listed:
+                excludes.append(Exclude(reason=raw["reason"], cell=cell_name, repro=repro, mode=raw.get("mode")))
 
     default_lane = data.get("default_lane")
     if default_lane is not None and default_lane not in lanes:

@@ -44,6 +44,20 @@ def family_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
     return f"cannot occur in {cell.family}: {why}" if why else None
 
 
+def package_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
+    """Why ``spec`` cannot run in ``cell`` for want of a package, or None: a cell that pins its packages
+    and runs every repro, without a package the failure depends on (``ReproSpec.depends_on``: its
+    mechanism runs through it). A cell naming its repros runs what it names (an INFRA item that says what
+    is missing is what it is there to show), and a floating cell resolves whatever its newest releases
+    bring: neither is excluded here."""
+    if cell.repros is not None or not cell.installs_packages or cell.floating:
+        return None
+    missing = [p for p in spec.depends_on if p not in cell.packages]
+    if not missing:
+        return None
+    return f"no {', '.join(missing)} in this cell: {spec.id} depends on {'it' if len(missing) == 1 else 'them'}"
+
+
 def broken_label(cell: Cell, broken: BrokenRepro) -> str:
     return ItemId(cell.name, broken.id, "bug").label()
 
@@ -146,7 +160,9 @@ def plan_items(opts: RunOptions) -> Plan:
                 reason = (
                     exclusion.reason
                     if exclusion is not None
-                    else family_exclusion(cell, repro.spec) or repro.spec.world_size_exclusion(world_size)
+                    else package_exclusion(cell, repro.spec)
+                    or family_exclusion(cell, repro.spec)
+                    or repro.spec.world_size_exclusion(world_size)
                 )
                 if reason is not None:
                     plan.excluded.append(ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=reason))
