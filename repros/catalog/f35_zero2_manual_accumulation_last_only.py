@@ -26,6 +26,7 @@ from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
 from repros.trainer.crosscheck.strategy import diverged_strategy, parse
+from repros.trainer.guards import GuardRule
 
 #: What runs: ZeRO-2 in float32 with the micro-batches accumulated by hand.
 STRATEGY = "zero2-fp32-accum-manual"
@@ -104,3 +105,30 @@ def run(ctx: RankContext) -> None:
     variant = str(ctx.params.get("variant") or "")
     strategy = parse("zero3-fp32-accum-manual" if variant == "zero3" else STRATEGY)
     crosscheck_repro(ctx, SPEC, strategy, lambda s: replace(s, deepspeed_accumulation_boundary=False))
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "deepspeed-accumulation-boundary",
+    "F35",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.zero_stage in (1, 2)
+        and s.manual_accumulation > 1
+        and s.gradient_accumulation_steps == 1
+        and not s.deepspeed_accumulation_boundary
+    ),
+    {"deepspeed_accumulation_boundary": True},
+    lambda v: (
+        "ZeRO-1/2 with gradient_accumulation_steps 1 takes every backward() as the step's boundary and resets "
+        "its gradient accumulator there, so only the last micro-batch of a step is applied (F35, open-instruct "
+        "PR #1498): set_gradient_accumulation_boundary(False) before each backward but the last"
+    ),
+    explained=(
+        "ZeRO-1/2 with ``gradient_accumulation_steps`` 1 and several ``backward()`` calls per optimizer step "
+        "(manual accumulation) takes every ``backward()`` as the step's boundary and resets its gradient "
+        "accumulator there, so only the last micro-batch is applied, in every release (F35, open-instruct PR "
+        "#1498): ``set_gradient_accumulation_boundary(False)`` before each backward but the last."
+    ),
+)
