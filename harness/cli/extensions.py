@@ -136,8 +136,8 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     _point(
         GUARDS,
         "repros.trainer.guards.GuardRule",
-        "repros/catalog/<failure>.py (its GUARD)",
-        "repros/trainer/guards.py:GUARDS (one line, in the order chosen)",
+        "repros/catalog/<failure>.py (its GUARD; one line in GUARDS, in the order chosen)",
+        "repros/trainer/guards.py:GUARDS",
         GuardRule,
     ),
     _point(AXES, "axis -> value -> Scenario fields", "(a row)", "repros/trainer/grid_axes.py:AXES", grid_axes),

@@ -139,6 +139,7 @@ GUARD = GuardRule(
         "a ZeRO-3 save that does not gather the parameters writes empty or [0]-shaped adapters (F7; "
         "peft 0.15.0's modules_to_save, F9)"
     ),
+    also_works_around=("F9",),
     explained=(
         "under ZeRO-3 every rank holds a shard of each parameter; a save that does not gather them writes an "
         "empty adapter (transformers < 5's ``Trainer.save_model`` without "
