@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -345,18 +345,8 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
     excludes: list[Exclude] = []
     for i, raw in enumerate(data.get("exclude") or []):
         # ``cell`` and ``repro`` each name one or a list (one exclusion for each pair, the same reason).
-        named_cells = raw.get("cell")
-        cell_list = named_cells if isinstance(named_cells, list) else [named_cells]
-        for j, cell_name in enumerate(cell_list):
-            if cell_name is not None and cell_name not in cells:
-                field = f"exclude[{i}].cell" + (f"[{j}]" if isinstance(named_cells, list) else "")
-                raise UserError(path, field, f"unknown cell {cell_name!r}", one_of(cell_name, cells))
-        named_repros = raw.get("repro")
-        listed = named_repros if isinstance(named_repros, list) else [named_repros]
-        for j, repro in enumerate(listed):
-            if repro is not None and repro not in known_repros:
-                field = f"exclude[{i}].repro" + (f"[{j}]" if isinstance(named_repros, list) else "")
-                raise UserError(path, field, f"unknown repro {repro!r}", unknown_repro_fix(repro, known_repros))
+        cell_list = _exclude_names(path, i, raw, "cell", cells, one_of)
+        listed = _exclude_names(path, i, raw, "repro", known_repros, unknown_repro_fix)
         if "mode" in raw and raw["mode"] not in known_modes:
             raise UserError(
                 path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
@@ -386,6 +376,24 @@ def load_matrix(path: Path, known_repros: Collection[str], known_modes: Collecti
         repros=tuple(named) if named else None,
         repros_dirs=_repros_dirs(path, data),
     )
+
+
+def _exclude_names(
+    path: Path,
+    index: int,
+    raw: dict[str, Any],
+    key: str,
+    known: Collection[str],
+    fix: Callable[[str, Collection[str]], str],
+) -> list[str | None]:
+    """What exclusion ``index`` names under ``key``: one name or a list (None: every one); an unknown one refused."""
+    named = raw.get(key)
+    listed: list[str | None] = named if isinstance(named, list) else [named]
+    for j, name in enumerate(listed):
+        if name is not None and name not in known:
+            field = f"exclude[{index}].{key}" + (f"[{j}]" if isinstance(named, list) else "")
+            raise UserError(path, field, f"unknown {key} {name!r}", fix(name, known))
+    return listed
 
 
 def _provider(path: Path, cell_name: str, raw: dict[str, Any], defaults: dict[str, Any]) -> str:
