@@ -57,7 +57,8 @@ def guards_page() -> str:
     lines = [
         "# The fixed trainer's guards",
         "",
-        "Generated from `GUARDS` in `repros/trainer/guards.py` at every docs build. The fixed trainer "
+        "Generated from `GUARDS` in `repros/trainer/guards.py` at every docs build: each documented failure's "
+        "guard is declared in its catalog module (`GUARD`), the hygiene guards in `guards.py`. The fixed trainer "
         "walks the table in order; each guard applies where its condition holds for the scenario and "
         "the installed versions, changes the scenario fields listed, and is recorded with its reason.",
         "",
@@ -68,6 +69,16 @@ def guards_page() -> str:
         effect = ", ".join(f"`{k}={v!r}`" for k, v in rule.effect.items())
         why = rule.reason(_AnyInstalled()).replace("|", "\\|")
         lines.append(f"| `{rule.id}` | {rule.works_around or '—'} | {effect} | {why} |")
+    for rule in GUARDS.values():
+        failures = ", ".join((rule.works_around, *rule.also_works_around)) if rule.works_around else "hygiene"
+        lines += [
+            "",
+            f"## `{rule.id}` ({failures})",
+            "",
+            rule.explained,
+            "",
+            f"Declared in `{rule.applies.__module__}`.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -133,7 +133,13 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "repros/runtime/kinds/__init__.py:KINDS",
         ReproKind,
     ),
-    _point(GUARDS, "repros.trainer.guards.GuardRule", "(a row)", "repros/trainer/guards.py:GUARDS", GuardRule),
+    _point(
+        GUARDS,
+        "repros.trainer.guards.GuardRule",
+        "repros/catalog/<failure>.py (its GUARD; one line in GUARDS, in the order chosen)",
+        "repros/trainer/guards.py:GUARDS",
+        GuardRule,
+    ),
     _point(AXES, "axis -> value -> Scenario fields", "(a row)", "repros/trainer/grid_axes.py:AXES", grid_axes),
     _point(FAMILIES, "repros.runtime.families.Family", "(a row)", "repros/runtime/families.py:FAMILIES", families),
 )

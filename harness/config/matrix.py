@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -377,11 +377,11 @@ def load_matrix(
 
     excludes: list[Exclude] = []
     for i, raw in enumerate(data.get("exclude") or []):
-        if "cell" in raw and raw["cell"] not in cells:
-            raise UserError(path, f"exclude[{i}].cell", f"unknown cell {raw['cell']!r}", one_of(raw["cell"], cells))
-        # ``repro`` names one repro or a list of them (one exclusion each, the same reason).
+        # ``cell`` and ``repro`` each name one or a list (one exclusion for each pair, the same reason); a repro
+        # whose file could not be read is refused with the loader's own message.
+        cell_list = _exclude_names(path, i, raw, "cell", cells, one_of)
         named_repros = raw.get("repro")
-        listed = named_repros if isinstance(named_repros, list) else [named_repros]
+        listed: list[str | None] = named_repros if isinstance(named_repros, list) else [named_repros]
         for j, repro in enumerate(listed):
             if repro is not None:
                 field = f"exclude[{i}].repro" + (f"[{j}]" if isinstance(named_repros, list) else "")
@@ -390,8 +390,9 @@ def load_matrix(
             raise UserError(
                 path, f"exclude[{i}].mode", f"unknown mode {raw['mode']!r}", f"use one of: {', '.join(known_modes)}"
             )
-        for repro in listed:
-            excludes.append(Exclude(reason=raw["reason"], cell=raw.get("cell"), repro=repro, mode=raw.get("mode")))
+        for cell_name in cell_list:
+            for repro in listed:
+                excludes.append(Exclude(reason=raw["reason"], cell=cell_name, repro=repro, mode=raw.get("mode")))
 
     default_lane = data.get("default_lane")
     if default_lane is not None and default_lane not in lanes:
@@ -413,6 +414,24 @@ def load_matrix(
         repros=tuple(named) if named else None,
         repros_dirs=_repros_dirs(path, data),
     )
+
+
+def _exclude_names(
+    path: Path,
+    index: int,
+    raw: dict[str, Any],
+    key: str,
+    known: Collection[str],
+    fix: Callable[[str, Collection[str]], str],
+) -> list[str | None]:
+    """What exclusion ``index`` names under ``key``: one name or a list (None: every one); an unknown one refused."""
+    named = raw.get(key)
+    listed: list[str | None] = named if isinstance(named, list) else [named]
+    for j, name in enumerate(listed):
+        if name is not None and name not in known:
+            field = f"exclude[{index}].{key}" + (f"[{j}]" if isinstance(named, list) else "")
+            raise UserError(path, field, f"unknown {key} {name!r}", fix(name, known))
+    return listed
 
 
 def _provider(path: Path, cell_name: str, raw: dict[str, Any], defaults: dict[str, Any]) -> str:

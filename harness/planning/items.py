@@ -11,6 +11,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.config.matrix import Cell
+from harness.config.model import Matrix
 from harness.config.repros import BrokenRepro, Repro
 from harness.core.errors import UserError
 from harness.core.names import one_of, unknown_repro_fix
@@ -42,6 +43,34 @@ def family_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
             pass
     why = spec.impossible_in.get(cell.family)
     return f"cannot occur in {cell.family}: {why}" if why else None
+
+
+def package_exclusion(cell: Cell, spec: ReproSpec) -> str | None:
+    """Why ``spec`` cannot run in ``cell`` for want of a package, or None: a cell that pins its packages
+    and runs every repro, without a package the failure depends on (``ReproSpec.depends_on``: its
+    mechanism runs through it). A cell naming its repros runs what it names (an INFRA item that says what
+    is missing is what it is there to show), and a floating cell resolves whatever its newest releases
+    bring: neither is excluded here."""
+    if cell.repros is not None or not cell.installs_packages or cell.floating:
+        return None
+    missing = [p for p in spec.depends_on if p not in cell.packages]
+    if not missing:
+        return None
+    return f"no {', '.join(missing)} in this cell: {spec.id} depends on {'it' if len(missing) == 1 else 'them'}"
+
+
+def item_exclusion(matrix: Matrix, cell: Cell, spec: ReproSpec, mode: str) -> str | None:
+    """Why ``spec``'s ``mode`` item is not planned in ``cell``, or None: the matrix's own exclusion (a cell
+    made for another family keeps its matrix cell's), else what planning derives (a package it lacks, a
+    family or world size the failure cannot occur in)."""
+    excluded = matrix.exclusion(cell.family_of or cell.name, spec.id, mode)
+    if excluded is not None:
+        return excluded.reason
+    return (
+        package_exclusion(cell, spec)
+        or family_exclusion(cell, spec)
+        or spec.world_size_exclusion(spec.world_size or cell.world_size)
+    )
 
 
 def broken_label(cell: Cell, broken: BrokenRepro) -> str:
@@ -141,13 +170,8 @@ def plan_items(opts: RunOptions) -> Plan:
             for mode in repro.spec.modes:
                 if mode not in chosen.modes:
                     continue
-                exclusion = opts.matrix.exclusion(cell.family_of or cell.name, repro_id, mode)
                 world_size = repro.spec.world_size or cell.world_size
-                reason = (
-                    exclusion.reason
-                    if exclusion is not None
-                    else family_exclusion(cell, repro.spec) or repro.spec.world_size_exclusion(world_size)
-                )
+                reason = item_exclusion(opts.matrix, cell, repro.spec, mode)
                 if reason is not None:
                     plan.excluded.append(ExcludedItem(cell=cell.name, repro=repro_id, mode=mode, reason=reason))
                     continue

@@ -28,10 +28,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TF4, TF_4_43
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule, Versions
+from repros.trainer.scenario import Scenario
 
 #: Tokens the scenario adds, and the multiple it pads the vocabulary to.
 ADDED_TOKENS = 1
@@ -156,3 +160,41 @@ def run(ctx: RankContext) -> None:
     sizes = vocabulary_sizes(trained.model)
     ctx.facts["vocabulary"] = sizes
     raise_if_inconsistent(sizes, at_least=VOCAB_SIZE + ADDED_TOKENS)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: transformers releases whose resize_token_embeddings breaks under zero.Init (F10: from PR #31979
+#: to PR #32214). Established by running F10 (see repros/catalog/f10_resize_embeddings_zero3.py).
+TRANSFORMERS_ZERO3_RESIZE_BROKEN = (Version("4.43.0"), Version("4.43.4"))
+
+
+def _zero3_resize_affected(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_ZERO3_RESIZE_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and s.add_tokens > 0
+        and transformers is not None
+        and low <= transformers < high
+    )
+
+
+GUARD = GuardRule(
+    "resize-before-zero3-init",
+    "F10",
+    _zero3_resize_affected,
+    {"zero_init": False},
+    lambda v: (
+        f"transformers {v.get('transformers')} resizes embeddings partitioned by zero.Init to a stale "
+        "shape (F10, transformers PR #32214)"
+    ),
+    explained=(
+        "transformers 4.43.0 .. 4.43.3 resizes the token embeddings of a model ZeRO-3 partitioned as it loaded "
+        "(``zero.Init``) into an embedding whose partitioned shape keeps the old vocabulary (and "
+        "``config.vocab_size`` 0 with ``pad_to_multiple_of``) (F10); load the model whole, resize, and let "
+        "``deepspeed.initialize`` partition it."
+    ),
+)

@@ -32,10 +32,13 @@ variant is priced as ``deepspeed-warmuplr``.
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TF4
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 
 # Established by running (2026-11-26, torch 2.13.0+cpu, deepspeed 0.19.8, peft 0.21.2, accelerate 1.15.0, 2 ranks,
 # gloo): tf4 (transformers 4.57.6) REPRODUCED, current (5.23.0) NOT_REPRODUCED, fixed PASS in both; the bisect named
@@ -136,3 +139,35 @@ def run(ctx: RankContext) -> None:
     )
     scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First transformers release that builds the Trainer's own scheduler after DeepSpeed has taken the
+#: optimizer (PR #43711). Established by running F11 (see repros/catalog/f11_trainer_scheduler_param_groups.py).
+TRANSFORMERS_SCHEDULER_AFTER_PREPARE = Version("5.1.0")
+
+GUARD = GuardRule(
+    "drop-empty-param-groups",
+    "F11",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.trainer_loop == "hf"
+        and not s.deepspeed_scheduler
+        and not s.drop_empty_param_groups
+        and (transformers := v.get("transformers")) is not None
+        and transformers < TRANSFORMERS_SCHEDULER_AFTER_PREPARE
+    ),
+    {"drop_empty_param_groups": True},
+    lambda v: (
+        f"transformers {v.get('transformers')} < {TRANSFORMERS_SCHEDULER_AFTER_PREPARE} builds its scheduler "
+        "before DeepSpeed drops the empty no-decay group of a LoRA model; torch >= 2.10's strict zip then "
+        "raises (F11, transformers PR #43711)"
+    ),
+    explained=(
+        "transformers before 5.1.0 builds the ``Trainer``'s own scheduler (none in the DeepSpeed config) on its "
+        "optimizer's two parameter groups before DeepSpeed drops the empty no-decay group of a LoRA model; torch "
+        ">= 2.10's strict ``zip`` in ``LRScheduler`` raises at step 1 (F11, transformers PR #43711): drop the "
+        "empty groups before the scheduler is built."
+    ),
+)

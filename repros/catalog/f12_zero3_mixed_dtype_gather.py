@@ -33,10 +33,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -174,3 +177,52 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: DeepSpeed releases whose ZeRO-3 coalesced gather allocates every output in the first parameter's
+#: dtype while a zero.Init model keeps its float32 adapters (PR #8066 .. PR #8073). Bisected by F12
+#: (repros/catalog/f12_zero3_mixed_dtype_gather.py).
+DEEPSPEED_Z3_MIXED_DTYPE_GATHER_BROKEN = (Version("0.19.2"), Version("0.19.3"))
+
+#: The first peft with ``get_peft_model(..., autocast_adapter_dtype=...)``.
+PEFT_AUTOCAST_ADAPTER_DTYPE = Version("0.12.0")
+
+
+def _zero3_mixed_dtype_gather(s: Scenario, v: Versions) -> bool:
+    deepspeed, peft = v.get("deepspeed"), v.get("peft")
+    low, high = DEEPSPEED_Z3_MIXED_DTYPE_GATHER_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.bf16
+        and s.zero_init
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.quantization
+        and s.peft_autocast_adapter_dtype
+        and deepspeed is not None
+        and low <= deepspeed < high
+        and peft is not None
+        and peft >= PEFT_AUTOCAST_ADAPTER_DTYPE
+    )
+
+
+GUARD = GuardRule(
+    "zero3-adapters-in-base-dtype",
+    "F12",
+    _zero3_mixed_dtype_gather,
+    {"peft_autocast_adapter_dtype": False},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} gathers ZeRO-3 persistent parameters into buffers of the first one's "
+        "dtype, and keeps a zero.Init model's float32 adapters beside its bf16 base (F12, DeepSpeed#8072)"
+    ),
+    explained=(
+        "DeepSpeed 0.19.2 no longer casts a model ZeRO-3 partitioned as it loaded (``zero.Init``) to bf16, so "
+        "PEFT's float32 adapters sit beside the bf16 base among the persistent parameters, and the coalesced "
+        "all-gather after the optimizer step allocates every output in the first one's dtype (F12, "
+        "DeepSpeed#8072, fixed by PR #8073 in 0.19.3): create the adapters in the base model's dtype "
+        "(``get_peft_model(..., autocast_adapter_dtype=False)``, TRL PR #6091)."
+    ),
+)

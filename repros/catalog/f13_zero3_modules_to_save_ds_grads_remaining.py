@@ -23,10 +23,13 @@ bug mode there is a ``DIFFERENT_ERROR``, this failure.
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TF4, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -113,3 +116,37 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First DeepSpeed release seen training PEFT modules_to_save under ZeRO-3 (0.18.0 and 0.19.2 fail
+#: with DeepSpeed#7615's AttributeError). Established by running F9 (repros/catalog/f9_modules_to_save_zero3.py)
+#: and bisected by F13 (repros/catalog/f13_zero3_modules_to_save_ds_grads_remaining.py).
+DEEPSPEED_Z3_MODULES_TO_SAVE_FIX = Version("0.19.3")
+
+#: First DeepSpeed release that fails to train modules_to_save under ZeRO-3 (PR #7062). Bisected by F13.
+DEEPSPEED_Z3_MODULES_TO_SAVE_BROKEN = Version("0.16.5")
+
+GUARD = GuardRule(
+    "zero2-for-modules-to-save",
+    "F13",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and bool(s.modules_to_save)
+        and (deepspeed := v.get("deepspeed")) is not None
+        and DEEPSPEED_Z3_MODULES_TO_SAVE_BROKEN <= deepspeed < DEEPSPEED_Z3_MODULES_TO_SAVE_FIX
+    ),
+    {"zero_stage": 2},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} (>= {DEEPSPEED_Z3_MODULES_TO_SAVE_BROKEN}, "
+        f"< {DEEPSPEED_Z3_MODULES_TO_SAVE_FIX}) cannot train modules_to_save under ZeRO-3 "
+        "('ds_grads_remaining', F13, DeepSpeed#7615)"
+    ),
+    explained=(
+        "DeepSpeed 0.16.5 .. 0.19.2 cannot train PEFT ``modules_to_save`` under ZeRO-3 at all (\"'Linear' object "
+        "has no attribute 'ds_grads_remaining'\" in the first forward, F13, DeepSpeed#7203/#7615, fixed by PR "
+        "#8144 in 0.19.3); use ZeRO-2, which keeps every parameter whole on every rank (more memory per rank)."
+    ),
+)

@@ -33,10 +33,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TORCH_2_11_ACC_1_13, TORCH_2_12_TF4, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -129,3 +132,51 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: torch PR #177948 (2.12.0): FSDP2 builds a sharded parameter with the original's ``requires_grad``
+#: instead of making it require grad first, so a frozen non-float (uint8 4-bit) parameter can be sharded.
+TORCH_FSDP2_NONFLOAT_PARAMS = Version("2.12.0")
+
+#: accelerate PR #3987 (1.14.0): ``fsdp2_prepare_model`` leaves non-float frozen ``Params4bit`` out of
+#: ``fully_shard`` (its ``ignored_params``).
+ACCELERATE_FSDP2_IGNORES_PARAMS4BIT = Version("1.14.0")
+
+
+def _fsdp2_shards_uint8_params4bit(s: Scenario, v: Versions) -> bool:
+    """FSDP2 on torch before PR #177948 would be handed bitsandbytes' uint8 4-bit weights (F14)."""
+    torch = v.get("torch")
+    accelerate = v.get("accelerate")
+    accelerate_ignores_them = (
+        s.fsdp2_accelerate_prepare and accelerate is not None and accelerate >= ACCELERATE_FSDP2_IGNORES_PARAMS4BIT
+    )
+    return (
+        s.engine == "fsdp2"
+        and s.quantization == "nf4"
+        and s.bnb_4bit_quant_storage in (None, "uint8")
+        and torch is not None
+        and torch < TORCH_FSDP2_NONFLOAT_PARAMS
+        and not accelerate_ignores_them
+    )
+
+
+GUARD = GuardRule(
+    "bnb-4bit-storage-compute-dtype",
+    "F14",
+    _fsdp2_shards_uint8_params4bit,
+    {"bnb_4bit_quant_storage": "bfloat16"},
+    lambda v: (
+        f"torch {v.get('torch')} < {TORCH_FSDP2_NONFLOAT_PARAMS} cannot shard bitsandbytes' uint8 4-bit weights "
+        "with FSDP2 ('only Tensors of floating point dtype can require gradients', F14, torch PR #177948, "
+        "accelerate PR #3987): store them in the compute dtype (bnb_4bit_quant_storage=bfloat16)"
+    ),
+    explained=(
+        "FSDP2 on torch before 2.12 makes every parameter it shards require grad before freezing it again, which "
+        "bitsandbytes' 4-bit weights in their default ``uint8`` storage refuse (\"only Tensors of floating point "
+        'dtype can require gradients"; F14, torch PR #177948; accelerate from 1.14.0, PR #3987, leaves them out '
+        "of the sharding); store the 4-bit weights in the compute dtype "
+        "(``bnb_4bit_quant_storage=torch.bfloat16``), as the QLoRA-with-FSDP recipes do."
+    ),
+)

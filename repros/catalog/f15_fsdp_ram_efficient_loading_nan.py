@@ -37,6 +37,7 @@ from repros.catalog._stacks import CURRENT, TF4, TORCH_2_12_TF4, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 # Established by running (2026-11-26, torch 2.13.0+cpu, peft 0.21.2, accelerate 1.15.0, 2 ranks, gloo). See
@@ -212,3 +213,24 @@ def _every_rank(facts: Mapping[str, Any] | None) -> list[Mapping[str, Any] | Non
     gathered: list[Mapping[str, Any] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, facts)
     return gathered
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "fsdp2-broadcast-rank0-weights",
+    "F15",
+    lambda s, v: s.engine == "fsdp2" and s.fsdp_cpu_ram_efficient_loading and not s.fsdp2_broadcast_from_rank0,
+    {"fsdp2_broadcast_from_rank0": True},
+    lambda v: (
+        f"transformers {v.get('transformers')} loads a cpu_ram_efficient_loading checkpoint on rank 0 only; the "
+        "other ranks hold placeholders (uninitialized memory, NaN, on 4.x and 5.4-5.5: F15) until rank 0 "
+        "broadcasts: broadcast after sharding, as accelerate's fsdp2_load_full_state_dict does"
+    ),
+    explained=(
+        "under FSDP's ``cpu_ram_efficient_loading`` transformers loads the checkpoint on rank 0 only and leaves "
+        "the other ranks placeholders (uninitialized memory on 4.x and 5.4-5.5, NaN among it: F15); after "
+        "``fully_shard``, broadcast rank 0's full state dict into every rank's shards (accelerate's "
+        "``fsdp2_load_full_state_dict``)."
+    ),
+)

@@ -24,10 +24,13 @@ fixed: the same scenario through the fixed trainer's guards (``fsdp2-adapter-ful
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 # Established by running (2026-11-26, torch 2.13.0+cpu, transformers 5.23.0, peft 0.21.2, 2 ranks, gloo).
@@ -101,3 +104,33 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First accelerate release whose FSDP2 ``FULL_STATE_DICT`` adapter-only save gathers the adapter's full
+#: tensors (PR #4206). Established by running F16 (see repros/catalog/f16_fsdp2_adapter_only_rank0_shard.py).
+ACCELERATE_FSDP2_ADAPTER_FULL_SAVE = Version("1.15.0")
+
+GUARD = GuardRule(
+    "fsdp2-adapter-full-state-dict",
+    "F16",
+    lambda s, v: (
+        s.engine == "fsdp2"
+        and s.fsdp2_trainer_adapter_checkpoint
+        and not s.fsdp2_adapter_full_state_dict
+        and (accelerate := v.get("accelerate")) is not None
+        and accelerate < ACCELERATE_FSDP2_ADAPTER_FULL_SAVE
+    ),
+    {"fsdp2_adapter_full_state_dict": True},
+    lambda v: (
+        f"accelerate {v.get('accelerate')} < {ACCELERATE_FSDP2_ADAPTER_FULL_SAVE} saves an FSDP2 adapter "
+        "(FULL_STATE_DICT, adapter_only) from PEFT's DTensors: rank 0's shard only (F16, accelerate PR #4206)"
+    ),
+    explained=(
+        "accelerate before 1.15.0 checkpoints an FSDP2 adapter as transformers' ``Trainer`` asks "
+        "(``FULL_STATE_DICT``, ``adapter_only=True``) from PEFT's state dict of DTensors, so rank 0 writes only "
+        "its own shard of each tensor (F16, accelerate PR #4206); gather the full tensors with torch's "
+        "``get_model_state_dict`` and write them on rank 0."
+    ),
+)

@@ -31,10 +31,14 @@ import dataclasses
 import time
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TF4
 from repros.runtime.context import Meters, RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
+from repros.trainer.guards import GuardRule, Versions
+from repros.trainer.scenario import Scenario
 
 #: How many times every parameter is gathered after training (fewer where a difference is seen). Where the
 #: race exists a round showed it about 1 time in 40 here (3 to 278 rounds to the first, 20 runs): 600 rounds
@@ -206,3 +210,41 @@ def gather_all_and_compare(engine: Any, ctx: RankContext, rounds: int = GATHER_R
         )
     if dist.get_rank() == 0:
         print(f"F17: {done} gathers of {len(params)} parameters, each equal to its partitions", flush=True)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First DeepSpeed release whose coalesced ZeRO-3 gather waits on every handle (PR #8539).
+#: Established by running F17 (see repros/catalog/f17_zero3_gloo_gather_race.py).
+DEEPSPEED_Z3_GATHER_WAIT_FIX = Version("0.19.8")
+
+
+def _zero3_gather_race(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and not s.zero3_wait_every_gather
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_GATHER_WAIT_FIX
+    )
+
+
+GUARD = GuardRule(
+    "zero3-wait-every-gather",
+    "F17",
+    _zero3_gather_race,
+    {"zero3_wait_every_gather": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_GATHER_WAIT_FIX} waits only on the last all-gather of "
+        "a coalesced ZeRO-3 gather; on gloo the others may not have arrived (F17, DeepSpeed PR #8539)"
+    ),
+    every_mode=True,
+    explained=(
+        "DeepSpeed before 0.19.8 waits only on the last of the async all-gathers of a coalesced ZeRO-3 parameter "
+        "gather; on gloo they run unordered on threads of their own, so a parameter can be read before its gather "
+        "arrived (F17, DeepSpeed PR #8539): wait on every handle. A hazard of CPU runs, not of a scenario: on a "
+        "CPU it applies in every mode of every repro but F17's own (``hazard_guards``), so that no other repro's "
+        "outcome depends on it."
+    ),
+)

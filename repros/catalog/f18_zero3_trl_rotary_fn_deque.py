@@ -32,11 +32,15 @@ fixed: the same with the fixed trainer's guards (``zero3-no-shared-rotary-fn`` o
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import TRL_TF_5_5_3
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, Versions
+from repros.trainer.scenario import Scenario
 
 #: GRPO's KL coefficient: non-zero, so TRL builds the reference model (a second ZeRO-3 engine).
 BETA = 0.04
@@ -150,3 +154,42 @@ def run(ctx: RankContext) -> None:
     from repros.trainer.grpo import train_grpo
 
     train_grpo(ctx, effective, beta=BETA)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: transformers 5.0 .. 5.5.3 attach one shared ``rotary_fn`` module to every attention module (with the
+#: ``kernels`` package installed); PR #45414 (5.5.4) leaves it out under ZeRO-3 (F18, TRL#4899).
+TRANSFORMERS_Z3_KERNEL_FUNC_CHILD = (Version("5.0.0.dev0"), Version("5.5.4"))
+
+
+def _zero3_shared_kernel_func(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_Z3_KERNEL_FUNC_CHILD
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and not s.zero3_no_kernel_func_children
+        and transformers is not None
+        and low <= transformers < high
+    )
+
+
+GUARD = GuardRule(
+    "zero3-no-shared-rotary-fn",
+    "F18",
+    _zero3_shared_kernel_func,
+    {"zero3_no_kernel_func_children": True},
+    lambda v: (
+        f"transformers {v.get('transformers')} (< {TRANSFORMERS_Z3_KERNEL_FUNC_CHILD[1]}) gives every model's "
+        "attention one shared rotary_fn module; a policy's and a reference model's ZeRO-3 engines both "
+        "register it and a trace breaks ('pop from an empty deque', F18, TRL#4899, transformers PR #45414)"
+    ),
+    explained=(
+        "transformers 5.0 .. 5.5.3 with the ``kernels`` package wrap ``apply_rotary_pos_emb`` in one "
+        "``nn.Module`` and attach it to every attention module of every model as ``rotary_fn``; under ZeRO-3 a "
+        "policy's and a reference model's engines (TRL's GRPO/RLOO with ``beta > 0``) both register that one "
+        "module, and on DeepSpeed before its trace fixes the policy's trace pops an empty deque (F18, TRL#4899): "
+        "leave the child out, as transformers PR #45414 (5.5.4) does under ZeRO-3."
+    ),
+)

@@ -32,6 +32,7 @@ from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -122,3 +123,25 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "lora-dropout-off-under-compile",
+    "F19",
+    lambda s, v: s.compile_model and s.gradient_checkpointing and s.lora_dropout > 0,
+    {"lora_dropout": 0.0},
+    lambda v: (
+        f"torch {v.get('torch')}: inductor's Triton pipeline fails on a LoRA dropout recomputed under "
+        "checkpointing in a compiled model ('PassManager::run failed', F19, peft#3020; no fix released): train "
+        "the adapters without dropout (lora_dropout=0: less regularization)"
+    ),
+    explained=(
+        "a compiled model (``torch.compile``, inductor) with LoRA dropout under activation checkpointing fails to "
+        "compile on CUDA: Triton's MLIR pipeline rejects the kernel inductor makes of the dropout mask recomputed "
+        'in the backward ("operand #0 does not dominate this use", ``InductorError: RuntimeError: '
+        "PassManager::run failed``; F19, peft#3020); train the adapters without dropout. Its cost is "
+        "regularization, not speed."
+    ),
+)

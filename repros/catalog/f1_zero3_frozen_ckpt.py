@@ -19,12 +19,15 @@ fixed: the same scenario through the fixed trainer's guards.
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TF4
 from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.signatures import CHECKPOINT_ERROR, RECOMPUTE_METADATA_PATTERN, recomputed_shapes_are_empty
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, Versions, checkpoints_reentrantly
 from repros.trainer.scenario import Scenario
 
 # The boundary, found by running the bug mode in one cell per DeepSpeed release from
@@ -137,3 +140,39 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train_deepspeed(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First DeepSpeed release with PR #8148 ("Z3: Support for activation ckpt with
+#: frozen params"). Established by running F1 (see repros/catalog/f1_zero3_frozen_ckpt.py).
+DEEPSPEED_Z3_FROZEN_CKPT_FIX = Version("0.19.3")
+
+
+def _zero3_frozen_ckpt_affected(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.gradient_checkpointing
+        and not checkpoints_reentrantly(s, v)
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_FROZEN_CKPT_FIX
+    )
+
+
+GUARD = GuardRule(
+    "zero3-reentrant-checkpointing",
+    "F1",
+    _zero3_frozen_ckpt_affected,
+    {"use_reentrant": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_FROZEN_CKPT_FIX} re-partitions frozen weights "
+        "during non-reentrant recompute (F1, DeepSpeed PR #8148)"
+    ),
+    explained=(
+        "ZeRO-3 with frozen base weights and non-reentrant checkpointing on a DeepSpeed without PR #8148 "
+        "re-partitions frozen weights to ``[0]`` before torch checks the recompute (F1); checkpoint reentrantly "
+        "instead."
+    ),
+)

@@ -42,6 +42,7 @@ from repros.catalog._stacks import CURRENT, TF4, TF4_ACC_1_7
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule
 
 #: What the user asked the Trainer for that the config leaves out.
 GRADIENT_ACCUMULATION_STEPS = 2
@@ -175,3 +176,23 @@ def run(ctx: RankContext) -> None:
     scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)
     raise_if_disagrees(ctx.facts["deepspeed_settings"], ctx.rank)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "ds-config-auto",
+    "F20",
+    lambda s, v: s.engine == "deepspeed" and s.trainer_loop == "hf" and bool(s.ds_config_omits),
+    {"ds_config_omits": ()},
+    lambda v: (
+        "a DeepSpeed config that leaves out a value the TrainingArguments also set trains with DeepSpeed's "
+        "default, silently (F20); write every shared value as 'auto'"
+    ),
+    explained=(
+        "a DeepSpeed config that leaves out a value the ``TrainingArguments`` set too (gradient accumulation, "
+        "micro batch, clipping, the scheduler's peak learning rate) trains with DeepSpeed's or accelerate's "
+        "default, and nothing says so (F20; an explicit conflicting value is refused by transformers): write "
+        'every shared value as ``"auto"``.'
+    ),
+)

@@ -39,10 +39,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4_DS_0_17, TF4_DS_0_18, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 #: How long a rank waits at a gather for the other ranks to say which module they gather.
@@ -189,3 +192,48 @@ def run(ctx: RankContext) -> None:
     ]
     check_gathers_in_step(GATHER_WAIT_S)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First DeepSpeed release that makes Mixtral's and Qwen2/3-MoE's MoE blocks ZeRO-3 leaf modules by
+#: default (PR #7604). Bisected by F21 (repros/catalog/f21_zero3_moe_routing_hang.py).
+DEEPSPEED_Z3_MOE_DEFAULT_LEAF = Version("0.18.0")
+
+#: transformers 5 keeps each MoE layer's experts in one module (fused 3D weights): gathered whole.
+TRANSFORMERS_FUSED_EXPERTS = Version("5.0.0.dev0")
+
+
+def _zero3_moe_routing_diverges(s: Scenario, v: Versions) -> bool:
+    deepspeed, transformers = v.get("deepspeed"), v.get("transformers")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and (s.moe_experts > 0 or s.model_family().moe)
+        and not s.zero3_moe_leaf_modules
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_MOE_DEFAULT_LEAF
+        and transformers is not None
+        and transformers < TRANSFORMERS_FUSED_EXPERTS
+    )
+
+
+GUARD = GuardRule(
+    "zero3-moe-leaf-modules",
+    "F21",
+    _zero3_moe_routing_diverges,
+    {"zero3_moe_leaf_modules": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_MOE_DEFAULT_LEAF} with transformers "
+        f"{v.get('transformers')} gathers only the experts a rank's tokens reach: ranks that route "
+        "differently hang (F21, DeepSpeed#4808)"
+    ),
+    explained=(
+        "under ZeRO-3 an MoE block whose experts are modules of their own (transformers 4.x) gathers only the "
+        "experts its rank's tokens reach; ranks that route differently issue different all-gathers and hang (F21, "
+        "DeepSpeed#4808); mark the MoE blocks leaf modules (``deepspeed.utils.set_z3_leaf_modules``), as "
+        "DeepSpeed itself does for Mixtral and Qwen2/3-MoE from 0.18.0 on (PR #7604). It applies to a Mixtral "
+        "scenario (``moe_experts``) and to an item of an MoE family (Qwen2-MoE: its ``Qwen2MoeSparseMoeBlock`` is "
+        "marked leaf)."
+    ),
+)

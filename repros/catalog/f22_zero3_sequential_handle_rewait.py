@@ -25,10 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
+from repros.trainer.guards import GuardRule, Versions
+from repros.trainer.scenario import Scenario
 
 #: Forwards of the reference model after training (the third fails where the bug is).
 REFERENCE_FORWARDS = 4
@@ -170,3 +174,40 @@ def reference_forwards(scenario: Any, batch: Any, ctx: RankContext) -> None:
                     f"the reference model's forward {n + 1} differs from its first for the same batch "
                     f"(max |diff| {float((logits[n] - logits[0]).abs().nan_to_num(float('inf')).max()):.3g})"
                 )
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: First DeepSpeed release whose single-parameter gather handles wait once (PR #8487).
+#: Established by running F22 (see repros/catalog/f22_zero3_sequential_handle_rewait.py).
+DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX = Version("0.19.7")
+
+
+def _zero3_handle_rewait(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero3_allgather_sequential
+        and not s.zero3_handles_wait_once
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX
+    )
+
+
+GUARD = GuardRule(
+    "zero3-gather-handles-wait-once",
+    "F22",
+    _zero3_handle_rewait,
+    {"zero3_handles_wait_once": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_Z3_HANDLE_WAIT_ONCE_FIX} with sequential ZeRO-3 gathers "
+        "waits a handle once per parameter and marks released ones available (F22, DeepSpeed#8486)"
+    ),
+    explained=(
+        "DeepSpeed before 0.19.7 with ``stage3_allgather_sequential`` registers one gather handle under every "
+        "parameter of a prefetch and waits it once per parameter; a late wait marks a parameter already released "
+        "AVAILABLE, and the next forward multiplies with an empty weight (F22, DeepSpeed#8486): make a handle's "
+        "second wait do nothing (PR #8487)."
+    ),
+)

@@ -26,10 +26,12 @@ fixed: the same through the fixed trainer's guards (``bnb-4bit-uint8-storage-fsd
 from __future__ import annotations
 
 from repros.catalog._stacks import CURRENT
+from repros.catalog.f14_fsdp2_qlora_uint8_storage import TORCH_FSDP2_NONFLOAT_PARAMS
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -95,3 +97,38 @@ def run(ctx: RankContext) -> None:
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     check_sharded_forward(apply_guards(scenario, guards), ctx)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+def _fsdp2_4bit_float_storage(s: Scenario, v: Versions) -> bool:
+    """FSDP2 on a torch that can shard uint8 (>= 2.12) handed 4-bit weights packed in bfloat16 (F24)."""
+    torch = v.get("torch")
+    return (
+        s.engine == "fsdp2"
+        and s.quantization == "nf4"
+        and s.bnb_4bit_quant_storage not in (None, "uint8")
+        and torch is not None
+        and torch >= TORCH_FSDP2_NONFLOAT_PARAMS
+    )
+
+
+GUARD = GuardRule(
+    "bnb-4bit-uint8-storage-fsdp2",
+    "F24",
+    _fsdp2_4bit_float_storage,
+    {"bnb_4bit_quant_storage": "uint8"},
+    lambda v: (
+        f"FSDP2 on CUDA rewrites every bf16 NaN bit pattern its parameter swap copies, and 4-bit weights packed "
+        f"in bfloat16 hold some: the forward silently changes (F24, bitsandbytes#1945, open); torch "
+        f"{v.get('torch')} >= {TORCH_FSDP2_NONFLOAT_PARAMS} shards uint8 storage, which no float path touches"
+    ),
+    explained=(
+        "bitsandbytes packs two 4-bit indices a byte; stored in bfloat16 (the QLoRA-with-FSDP recipes' "
+        "``bnb_4bit_quant_storage``), about 0.1 % of the packed elements are bf16 NaN bit patterns, which FSDP2's "
+        "parameter swap on CUDA rewrites to one canonical NaN, so the 4-bit weights decode to other values and "
+        "the forward is silently wrong (F24, bitsandbytes#1945, open; a CPU copies them bit for bit): on torch >= "
+        "2.12, which shards uint8 (F14's fix), keep bitsandbytes' ``uint8`` storage. (On torch < 2.12 F14's guard "
+        "must store them in bfloat16: on CUDA that meets this failure; no guard covers both there.)"
+    ),
+)

@@ -21,11 +21,14 @@ fixed: the same through the fixed trainer's guards (``liger-loss-off-under-zero3
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -100,3 +103,36 @@ def run(ctx: RankContext) -> None:
     effective = apply_guards(scenario, guards)
     ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
     train_grpo(ctx, effective, beta=0.0, use_liger_kernel=effective.liger_loss)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: TRL PR #5891 (1.6.0): GRPO gathers ``lm_head`` under ZeRO-3 before Liger's fused loss reads it (DPO/KTO: PR #6372,
+#: 1.9.0). Read from TRL's history; F25 needs CUDA (repros/catalog/f25_zero3_liger_lm_head_shard.py).
+TRL_GRPO_LIGER_ZERO3_GATHER = Version("1.6.0")
+
+GUARD = GuardRule(
+    "liger-loss-off-under-zero3",
+    "F25",
+    lambda s, v: (
+        s.liger_loss
+        and s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and (trl := v.get("trl")) is not None
+        and trl < TRL_GRPO_LIGER_ZERO3_GATHER
+    ),
+    {"liger_loss": False},
+    lambda v: (
+        f"trl {v.get('trl')} < {TRL_GRPO_LIGER_ZERO3_GATHER} hands Liger's fused loss lm_head.weight as ZeRO-3 "
+        "left "
+        "it (an empty shard: 'size mismatch ... vec (0)', F25, TRL#3368, PR #5891): train GRPO without Liger's "
+        "loss (the full logits are materialized: more activation memory)"
+    ),
+    explained=(
+        "TRL before 1.6.0 (GRPO; DPO and KTO before 1.9.0) passes Liger's fused linear loss "
+        "``unwrapped_model.lm_head.weight`` itself, outside the model's forward, so ZeRO-3's gather hook never "
+        "fires and the kernel multiplies with an empty shard (``size mismatch, got input (...), vec (0)``; F25, "
+        "TRL#3368/#4544, PR #5891): train without Liger's loss (the logits materialized whole: more activation "
+        "memory)."
+    ),
+)

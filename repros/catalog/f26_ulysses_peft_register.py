@@ -24,10 +24,13 @@ fixed: the same through the fixed trainer's guards (``ulysses-register-base-mode
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, SP_DS_0_18_1, SP_DS_0_18_3, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -106,3 +109,43 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train_ulysses(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: DeepSpeed PR #7737 (0.18.4): ``register_with_transformers`` takes any model with a ``config`` (a PEFT model),
+#: not only a ``PreTrainedModel``. Bisected by F26 (repros/catalog/f26_ulysses_peft_register.py).
+DEEPSPEED_ULYSSES_REGISTERS_PEFT_MODEL = Version("0.18.4")
+
+
+def _ulysses_registers_peft_model(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.sequence_parallel
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.ulysses_register_base_model
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_ULYSSES_REGISTERS_PEFT_MODEL
+    )
+
+
+GUARD = GuardRule(
+    "ulysses-register-base-model",
+    "F26",
+    _ulysses_registers_peft_model,
+    {"ulysses_register_base_model": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_ULYSSES_REGISTERS_PEFT_MODEL}: Ulysses' "
+        "register_with_transformers "
+        "takes a model that is not a PreTrainedModel (a PEFT model) for a name and hands it to AutoConfig (F26, "
+        "DeepSpeed#7729, PR #7737): register the transformers model inside it"
+    ),
+    explained=(
+        "DeepSpeed 0.17.0 .. 0.18.3's ``UlyssesSPAttentionHF.register_with_transformers`` takes its model "
+        "argument for a model only when it is a ``PreTrainedModel``; a PEFT model (what accelerate's and "
+        "transformers' ALST integration hand it) goes to ``AutoConfig.from_pretrained`` as a name (``TypeError: "
+        "expected str, bytes or os.PathLike object, not PeftModel``; F26, DeepSpeed#7729, PR #7737): register the "
+        "transformers model inside it (``get_base_model()``). Free."
+    ),
+)

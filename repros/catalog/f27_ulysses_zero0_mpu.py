@@ -25,10 +25,13 @@ fixed: the same through the fixed trainer's guards (``ulysses-zero1-not-zero0`` 
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, SP_DS_0_18_1, SP_DS_0_18_3, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant, WorldSizes
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -114,3 +117,41 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train_ulysses(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: DeepSpeed PR #7649 (0.18.2): Ulysses' ``parallel_state_sp`` has ``get_model_parallel_rank``, which ZeRO stage 0's
+#: bf16 optimizer asks of its mpu. Bisected by F27 (repros/catalog/f27_ulysses_zero0_mpu.py).
+DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK = Version("0.18.2")
+
+
+def _ulysses_zero0_bf16_asks_model_parallel_rank(s: Scenario, v: Versions) -> bool:
+    deepspeed = v.get("deepspeed")
+    return (
+        s.sequence_parallel
+        and s.zero_stage == 0
+        and s.bf16
+        and deepspeed is not None
+        and deepspeed < DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK
+    )
+
+
+GUARD = GuardRule(
+    "ulysses-zero1-not-zero0",
+    "F27",
+    _ulysses_zero0_bf16_asks_model_parallel_rank,
+    {"zero_stage": 1},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} < {DEEPSPEED_ULYSSES_MPU_MODEL_PARALLEL_RANK}: ZeRO stage 0's bf16 "
+        "optimizer asks the Ulysses mpu for get_model_parallel_rank/_group, which it lacks (F27, DeepSpeed#7833, "
+        "PR "
+        "#7649): ZeRO stage 1 (its optimizer never asks; optimizer states partitioned across the ranks)"
+    ),
+    explained=(
+        "DeepSpeed 0.17.0 .. 0.18.1 with Ulysses and ZeRO stage 0 in bf16: the optimizer wrapper asks its mpu "
+        "(Ulysses' ``parallel_state_sp``) for the deprecated ``get_model_parallel_rank`` (or ``_group``), which "
+        "it does not have before PR #7649 (F27, DeepSpeed#7833): ZeRO stage 1, whose optimizer never asks "
+        "(optimizer states partitioned: less memory per rank, a gather after each step)."
+    ),
+)

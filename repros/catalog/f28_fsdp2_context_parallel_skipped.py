@@ -25,11 +25,14 @@ fixed: the same through the fixed trainer's guards (``accelerate-cp-context`` on
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import ACC_1_12_CP
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature, WorldSizes
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(engine="fsdp2", bf16=True, gradient_checkpointing=False, context_parallel=True)
@@ -89,3 +92,33 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train_context_parallel(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: accelerate PR #3817 (1.12.0) made ``_prepare_cp`` return early for ``sp_backend == "deepspeed"`` (the default);
+#: PR #3858 (1.13.0) removed that check. Read from accelerate's history; F28 needs CUDA.
+ACCELERATE_CP_SKIPPED = (Version("1.12.0"), Version("1.13.0"))
+
+GUARD = GuardRule(
+    "accelerate-cp-context",
+    "F28",
+    lambda s, v: (
+        s.context_parallel
+        and not s.accelerate_cp_clear_sp_backend
+        and (accelerate := v.get("accelerate")) is not None
+        and ACCELERATE_CP_SKIPPED[0] <= accelerate < ACCELERATE_CP_SKIPPED[1]
+    ),
+    {"accelerate_cp_clear_sp_backend": True},
+    lambda v: (
+        f"accelerate {v.get('accelerate')} skips building the context-parallel context when sp_backend is "
+        "'deepspeed', its default ('Accelerator' object has no attribute '_cp_context', F28, accelerate#3856, "
+        "PR #3858): clear sp_backend before prepare (no sequence parallelism is configured)"
+    ),
+    explained=(
+        "accelerate 1.12.x's ``_prepare_cp`` returns early when the parallelism config's ``sp_backend`` is "
+        '``"deepspeed"``, its default even with no sequence parallelism, so FSDP2 context parallelism never '
+        "builds ``_cp_context`` and ``maybe_context_parallel`` raises (F28, accelerate#3856/#3867, PR #3858): "
+        "clear ``sp_backend`` before ``prepare``. Free."
+    ),
+)

@@ -25,10 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, PEFT_0_20_0, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 #: Mixtral's fused expert weights in transformers 5 (the names ``target_parameters`` users write).
@@ -122,3 +125,42 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: PEFT PR #3576 (0.21.0): LoRA's ``ParamWrapper`` (``target_parameters``) reads a ZeRO-3 partitioned parameter's
+#: shape from ``ds_shape``. Bisected by F29 (repros/catalog/f29_zero3_target_parameters_shape.py).
+PEFT_PARAM_WRAPPER_DS_SHAPE = Version("0.21.0")
+
+
+def _zero3_param_wrapper_empty_shape(s: Scenario, v: Versions) -> bool:
+    peft = v.get("peft")
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and bool(s.target_parameters)
+        and peft is not None
+        and peft < PEFT_PARAM_WRAPPER_DS_SHAPE
+    )
+
+
+GUARD = GuardRule(
+    "zero3-target-parameters-load-whole",
+    "F29",
+    _zero3_param_wrapper_empty_shape,
+    {"zero_init": False},
+    lambda v: (
+        f"peft {v.get('peft')} < {PEFT_PARAM_WRAPPER_DS_SHAPE} reads a ZeRO-3 partitioned parameter's shape "
+        "(empty) when it wraps it for target_parameters ('tuple index out of range', F29, PEFT PR #3576): load "
+        "the model whole, attach the adapter, and let deepspeed.initialize partition it"
+    ),
+    explained=(
+        "PEFT before 0.21.0 reads ``param.shape`` when LoRA's ``ParamWrapper`` wraps a parameter named in "
+        "``target_parameters`` (a mixture of experts' fused expert weights); a model ZeRO-3 partitioned as it "
+        "loaded (``zero.Init``) has an empty shape there (``IndexError: tuple index out of range``, F29, "
+        "peft#2916, PEFT PR #3576): load the model whole, attach the adapter, and let ``deepspeed.initialize`` "
+        "partition it (each rank holds the whole model while it loads)."
+    ),
+)

@@ -28,6 +28,7 @@ from repros.runtime.signatures import (
     recomputed_dtype_float32_bfloat16,
 )
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 # Two boundaries, both established by running (2026-11-23, 2 ranks, gloo, CPU):
@@ -128,3 +129,19 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "fsdp-uniform-dtypes",
+    "F2",
+    lambda s, v: s.engine == "fsdp2" and s.bf16 and not s.fsdp_root_mixed_precision,
+    {"fsdp_root_mixed_precision": True},
+    lambda v: "float32 tensors entering a checkpointed bf16 FSDP layer may be recomputed in another dtype (F2)",
+    explained=(
+        "under FSDP mixed precision, float32 tensors entering a checkpointed, bf16 layer are recomputed in "
+        "another dtype on torch without the recompute cast fix (F2); put the root module under the same "
+        "mixed-precision policy as the layers."
+    ),
+)

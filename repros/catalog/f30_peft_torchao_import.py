@@ -25,11 +25,14 @@ fixed: the same scenario through the fixed trainer's guards (``peft-torchao-disp
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import TORCHAO_0_18, TORCHAO_PEFT_0_18_1, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(engine="ddp", bf16=False, gradient_checkpointing=False)
@@ -123,3 +126,44 @@ def run(ctx: RankContext) -> None:
         raise ScenarioUnavailable(NO_TORCHAO) from exc
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: PEFT PR #3140 (0.19.0): LoRA's torchao dispatcher checks ``torchao.utils.TorchAOBaseTensor`` instead of
+#: importing ``LinearActivationQuantizedTensor``. Bisected by F30 (repros/catalog/f30_peft_torchao_import.py).
+PEFT_TORCHAO_BASE_TENSOR_DISPATCH = Version("0.19.0")
+
+#: torchao 0.18.0 removed ``LinearActivationQuantizedTensor``. Bisected by F30.
+TORCHAO_WITHOUT_LAQT = Version("0.18.0")
+
+
+def _peft_torchao_dispatch_imports_removed_class(s: Scenario, v: Versions) -> bool:
+    peft, torchao = v.get("peft"), v.get("torchao")
+    return (
+        s.lora_impl == "peft"
+        and not s.peft_torchao_dispatch_checked
+        and peft is not None
+        and peft < PEFT_TORCHAO_BASE_TENSOR_DISPATCH
+        and torchao is not None
+        and torchao >= TORCHAO_WITHOUT_LAQT
+    )
+
+
+GUARD = GuardRule(
+    "peft-torchao-dispatch-checked",
+    "F30",
+    _peft_torchao_dispatch_imports_removed_class,
+    {"peft_torchao_dispatch_checked": True},
+    lambda v: (
+        f"peft {v.get('peft')} < {PEFT_TORCHAO_BASE_TENSOR_DISPATCH} imports LinearActivationQuantizedTensor in "
+        f"its torchao dispatcher for every plain linear layer, and torchao {v.get('torchao')} no longer has it "
+        "(F30, PEFT PR #3140): consult that dispatcher only for torchao weights, as PEFT 0.19.0 does"
+    ),
+    explained=(
+        "PEFT before 0.19.0 imports ``LinearActivationQuantizedTensor`` in LoRA's torchao dispatcher, which every "
+        "plain linear layer reaches while torchao is installed; torchao 0.18.0 removed the class, so 16-bit LoRA "
+        "cannot be created (``ImportError``; QLoRA's layers match bitsandbytes' dispatcher first) (F30, PEFT PR "
+        "#3140): consult that dispatcher only for a weight that is a torchao tensor. It costs nothing measurable."
+    ),
+)

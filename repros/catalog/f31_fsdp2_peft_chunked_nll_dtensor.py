@@ -21,11 +21,14 @@ fixed: the same through the fixed trainer's guards (``trl-nll-under-fsdp2-peft``
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import TRL_1_6_0_FSDP2, TRL_1_7_0_FSDP2
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.record import ScenarioUnavailable
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -117,3 +120,37 @@ def run(ctx: RankContext) -> None:
         raise ScenarioUnavailable(NO_TRL) from exc
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: TRL releases whose SFT ``chunked_nll`` loss multiplies the hidden states by ``lm_head.weight`` still a sharded
+#: DTensor under FSDP2 with a PEFT model: from 1.4.0 (PR #5575/#5676) to 1.7.0 (PR #6065). Bisected by F31
+#: (repros/catalog/f31_fsdp2_peft_chunked_nll_dtensor.py).
+TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN = (Version("1.4.0"), Version("1.7.0"))
+
+GUARD = GuardRule(
+    "trl-nll-under-fsdp2-peft",
+    "F31",
+    lambda s, v: (
+        s.trl_chunked_nll
+        and s.engine == "fsdp2"
+        and s.lora_impl == "peft"
+        and (trl := v.get("trl")) is not None
+        and TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN[0] <= trl < TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN[1]
+    ),
+    {"trl_chunked_nll": False},
+    lambda v: (
+        f"trl {v.get('trl')} (< {TRL_CHUNKED_NLL_FSDP2_PEFT_BROKEN[1]}): SFT's chunked_nll under FSDP2 with a PEFT "
+        "model multiplies plain hidden states by lm_head.weight still a sharded DTensor ('aten.mm.default got "
+        "mixed torch.Tensor and DTensor', F31, TRL#6064, PR #6065): loss_type='nll' (the logits materialized "
+        "whole: more activation memory)"
+    ),
+    explained=(
+        'TRL 1.4.0 .. 1.6.x\'s SFT ``loss_type="chunked_nll"`` computes the loss from the hidden states and '
+        "``lm_head.weight`` in its own patched forward; under FSDP2 with a PEFT model ``lm_head`` is a sharded "
+        "unit of its own that forward never enters, so its weight is still a ``DTensor`` beside plain hidden "
+        "states (``aten.mm.default got mixed torch.Tensor and DTensor``; F31, TRL#6064/#4550, PR #6065): the "
+        "plain ``nll`` loss (the logits materialized whole: more activation memory)."
+    ),
+)

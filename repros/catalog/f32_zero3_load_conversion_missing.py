@@ -28,10 +28,13 @@ fixed: the same through the fixed trainer's guards (``zero3-load-whole-then-part
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, TF_5_0_0, TF_5_1_0, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
 
 SCENARIO = Scenario(
@@ -124,3 +127,46 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: transformers 5.0.0 loads a checkpoint that needs its weight conversion (a published MoE's per-expert layout)
+#: into a ZeRO-3 partitioned model without converting it (PR #43303, 5.1.0, converts; its helper broke on the
+#: converter's return shape until PR #43964, 5.2.0). Bisected by F32
+#: (repros/catalog/f32_zero3_load_conversion_missing.py).
+TRANSFORMERS_Z3_CONVERSION_BROKEN = (Version("5.0.0.dev0"), Version("5.2.0"))
+
+
+def _zero3_load_skips_conversion(s: Scenario, v: Versions) -> bool:
+    transformers = v.get("transformers")
+    low, high = TRANSFORMERS_Z3_CONVERSION_BROKEN
+    return (
+        s.engine == "deepspeed"
+        and s.zero_stage == 3
+        and s.zero_init
+        and s.moe_checkpoint_per_expert
+        and transformers is not None
+        and low <= transformers < high
+    )
+
+
+GUARD = GuardRule(
+    "zero3-load-whole-then-partition",
+    "F32",
+    _zero3_load_skips_conversion,
+    {"zero_init": False},
+    lambda v: (
+        f"transformers {v.get('transformers')} (>= 5.0, < {TRANSFORMERS_Z3_CONVERSION_BROKEN[1]}) loads a "
+        "checkpoint that needs its weight conversion (a published MoE's per-expert layout) into a zero.Init "
+        "model unconverted: the weights stay random (MISSING) or the conversion raises (F32, transformers "
+        "PR #43303, #43964): load it whole, converted, and let deepspeed.initialize partition it"
+    ),
+    explained=(
+        "transformers 5.0.0 .. 5.1.x load a checkpoint that needs transformers 5's weight conversion (a published "
+        "Mixtral's per-expert layout) into a ``zero.Init`` model without converting it: 5.0.0 leaves every weight "
+        'at its random initialization (``MISSING`` rows in the load report, no error), 5.1.x raises "Failed to '
+        'apply weight conversion" (F32, transformers#43940, PRs #43303 and #43964): load it whole (converted), '
+        "and let ``deepspeed.initialize`` partition it (each rank holds the whole model while it loads)."
+    ),
+)

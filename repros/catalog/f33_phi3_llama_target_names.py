@@ -31,8 +31,9 @@ from repros.runtime.context import RankContext
 from repros.runtime.families import FAMILIES
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule, Versions
 from repros.trainer.scenario import Scenario
-from repros.trainer.targets import family_target_names
+from repros.trainer.targets import family_target_names, resolution_changes
 
 SCENARIO = Scenario(engine="ddp", bf16=True, gradient_checkpointing=False)
 
@@ -151,3 +152,31 @@ def run(ctx: RankContext) -> None:
 
     scenario, guards = scenario_for(ctx, SPEC, SCENARIO)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+def _family_targets_unresolved(s: Scenario, v: Versions) -> bool:
+    return not s.family_targets and resolution_changes(s.model_family(), s.target_modules)
+
+
+GUARD = GuardRule(
+    "family-target-modules",
+    "F33",
+    _family_targets_unresolved,
+    {"family_targets": True},
+    lambda v: (
+        "LoRA target names written for a Llama miss or over-reach in this family (Phi-3's fused qkv_proj and "
+        "gate_up_proj; a VLM's CLIP tower has q_proj/v_proj too): resolved per family (F33, F23)"
+    ),
+    also_works_around=("F23",),
+    explained=(
+        "LoRA target names written for a Llama mean something else, or nothing, in another family: Phi-3 fuses "
+        "query, key and value into ``qkv_proj`` and gate and up into ``gate_up_proj`` (PEFT raises only when no "
+        "name matches; with ``o_proj``/``down_proj`` among them it silently adapts those alone), and a LLaVA's "
+        "CLIP tower has ``q_proj``/``v_proj`` too, so the plain names put adapters on the frozen vision tower; "
+        "resolve the names per family (``repros/trainer/targets.py``; F33's workaround, and for a LLaVA F23's). "
+        "In every mode a list that partly matches (PEFT's silence) is an error (``TargetModulesMatchNothing``), "
+        "never a LoRA on nothing; a list of which no name matches is PEFT's own refusal, as users meet it."
+    ),
+)

@@ -24,10 +24,13 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 #: The documented configuration: ZeRO-2 in bf16, a non-finite gradient at step 1.
@@ -141,3 +144,37 @@ def run(ctx: RankContext) -> None:
             f"{', '.join(map(str, steps['skipped_at']))}: the gradient was not finite) and nothing was logged: the "
             f"loss was logged as usual ({', '.join(f'{v}' for v in ctx.facts['train']['losses'])})"
         )
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+#: DeepSpeed 0.19.3 made bf16's gradient-overflow check the default (PR #8035): a bf16 ZeRO step whose
+#: gradient is not finite is skipped. 0.19.8 is the first release whose skip is logged (``LossScalerBase.
+#: update_scale``, "OVERFLOW! Skipping step"); bisected by F34 (repros/catalog/f34_zero_bf16_silent_skipped_step.py).
+DEEPSPEED_BF16_OVERFLOW_CHECK = Version("0.19.3")
+
+DEEPSPEED_SKIPPED_STEP_LOGGED = Version("0.19.8")
+
+GUARD = GuardRule(
+    "say-skipped-steps",
+    "F34",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.bf16
+        and s.zero_stage >= 1
+        and not s.say_skipped_steps
+        and (deepspeed := v.get("deepspeed")) is not None
+        and deepspeed < DEEPSPEED_SKIPPED_STEP_LOGGED
+    ),
+    {"say_skipped_steps": True, "deepspeed_bf16_overflow_check": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} (< {DEEPSPEED_SKIPPED_STEP_LOGGED}) says nothing when a bf16 ZeRO step "
+        "is skipped for a non-finite gradient (from 0.19.3, PR #8035), or applies it unchecked (before): check for "
+        "overflow and say every skipped step (F34, DeepSpeed#8415)"
+    ),
+    explained=(
+        "DeepSpeed 0.19.3 .. 0.19.7 skip a bf16 ZeRO step whose gradient is not finite (the overflow check PR "
+        "#8035 made the default) and say nothing; before 0.19.3 the step is applied unchecked (F34, "
+        "DeepSpeed#8415; 0.19.8 logs the skip): check for overflow and say every skipped step."
+    ),
+)

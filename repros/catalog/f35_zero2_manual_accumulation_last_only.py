@@ -27,11 +27,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
 from repros.trainer.crosscheck.strategy import diverged_strategy, parse
+from repros.trainer.guards import GuardRule
 
 #: What runs: ZeRO-2 in float32 with the micro-batches accumulated by hand.
 STRATEGY = "zero2-fp32-accum-manual"
@@ -138,3 +141,60 @@ def run(ctx: RankContext) -> None:
     variant = str(ctx.params.get("variant") or "")
     strategy = parse("zero3-fp32-accum-manual" if variant == "zero3" else STRATEGY)
     crosscheck_repro(ctx, SPEC, strategy, lambda s: replace(s, deepspeed_accumulation_boundary=False))
+
+
+#: ZeRO-2 keeps only the last micro-batch's gradient however it accumulates (DeepSpeed#7718, #7629), from 0.17.6
+#: until 0.18.3 (bisected, F35's fixed mode).
+DEEPSPEED_Z2_ACCUMULATION_BROKEN = (Version("0.17.6"), Version("0.18.3"))
+
+# The fixed trainer's workaround before 0.18.3, chosen before GUARD (which then tells ZeRO-1 the boundary).
+GUARD_BEFORE_0_18_3 = GuardRule(
+    "zero1-accumulation-before-0.18.3",
+    "F35",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.zero_stage == 2
+        and (s.manual_accumulation > 1 or s.gradient_accumulation_steps > 1)
+        and (deepspeed := v.get("deepspeed")) is not None
+        and DEEPSPEED_Z2_ACCUMULATION_BROKEN[0] <= deepspeed < DEEPSPEED_Z2_ACCUMULATION_BROKEN[1]
+    ),
+    {"zero_stage": 1},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} (>= {DEEPSPEED_Z2_ACCUMULATION_BROKEN[0]}, < "
+        f"{DEEPSPEED_Z2_ACCUMULATION_BROKEN[1]}): ZeRO-2 applies only the last micro-batch's gradient however it "
+        "accumulates, the boundary said or not (F35, DeepSpeed#7718): ZeRO-1 instead, which accumulates "
+        "correctly there (the gradients are kept whole on every rank: more memory)"
+    ),
+    explained=(
+        "DeepSpeed 0.17.6 .. 0.18.2: ZeRO-2 applies only the last micro-batch's gradient however it accumulates "
+        "(by the engine, or by hand with the boundary said), and several ``backward()`` per step at "
+        "``gradient_accumulation_steps`` 1 raise a ``TypeError`` (F35, DeepSpeed#7718, #7629; fixed in 0.18.3): "
+        "ZeRO-1 instead, which accumulates correctly there, at the memory of whole gradients on every rank."
+    ),
+)
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "deepspeed-accumulation-boundary",
+    "F35",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.zero_stage in (1, 2)
+        and s.manual_accumulation > 1
+        and s.gradient_accumulation_steps == 1
+        and not s.deepspeed_accumulation_boundary
+    ),
+    {"deepspeed_accumulation_boundary": True},
+    lambda v: (
+        "ZeRO-1/2 with gradient_accumulation_steps 1 takes every backward() as the step's boundary and resets "
+        "its gradient accumulator there, so only the last micro-batch of a step is applied (F35, open-instruct "
+        "PR #1498): set_gradient_accumulation_boundary(False) before each backward but the last"
+    ),
+    explained=(
+        "ZeRO-1/2 with ``gradient_accumulation_steps`` 1 and several ``backward()`` calls per optimizer step "
+        "(manual accumulation) takes every ``backward()`` as the step's boundary and resets its gradient "
+        "accumulator there, so only the last micro-batch is applied, in every release (F35, open-instruct PR "
+        "#1498): ``set_gradient_accumulation_boundary(False)`` before each backward but the last."
+    ),
+)

@@ -22,6 +22,7 @@ from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
 from repros.trainer.crosscheck.strategy import diverged_strategy, parse
+from repros.trainer.guards import GuardRule
 
 #: What runs: ZeRO-2 in float32 with bitsandbytes' AdamW8bit.
 STRATEGY = "zero2-fp32-adamw8bit"
@@ -119,3 +120,27 @@ def run(ctx: RankContext) -> None:
 
     variant = str(ctx.params.get("variant") or "")
     crosscheck_repro(ctx, SPEC, parse("ddp-fp32-adamw8bit" if variant == "ddp" else STRATEGY))
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "fp32-state-under-sharding",
+    "F36",
+    lambda s, v: (
+        s.optimizer == "adamw8bit"
+        and ((s.engine == "deepspeed" and s.zero_stage >= 1) or s.engine in ("fsdp1", "fsdp2"))
+    ),
+    {"optimizer": "adamw"},
+    lambda v: (
+        "an 8-bit optimizer decides and quantizes its state per tensor it is given: under ZeRO's flattened "
+        "partitions or FSDP's shards that is a shard, not a parameter, so a parameter gets 8-bit state where one "
+        "process gives it float32 (bitsandbytes#2080, torchao#4912; F36): keep float32 state (torch's AdamW)"
+    ),
+    explained=(
+        "an 8-bit optimizer (bitsandbytes' ``AdamW8bit``) decides and quantizes its state per tensor it is given; "
+        "under ZeRO's flattened partitions or FSDP's shards that is a shard, not a parameter, so a parameter gets "
+        "8-bit state where one process gives it float32 (F36, bitsandbytes#2080, torchao#4912): keep float32 "
+        "state (torch's ``AdamW``)."
+    ),
+)

@@ -21,11 +21,14 @@ fixed: the same through the fixed trainer's guard: the loss divided by hand and
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
 from repros.trainer.crosscheck.strategy import diverged_strategy, parse
+from repros.trainer.guards import GuardRule
 
 #: What runs: ZeRO-1 (no other failure of ZeRO-2's accumulation in the way) in float32, the engine accumulating.
 STRATEGY = "zero1-fp32-accum-engine"
@@ -143,3 +146,41 @@ def run(ctx: RankContext) -> None:
     from repros.trainer.crosscheck.check import crosscheck_repro
 
     crosscheck_repro(ctx, SPEC, parse(STRATEGY))
+
+
+#: The engine's output hooks (PR #7665, 0.18.3) divide by gradient_accumulation_steps once per output on the
+#: loss's path until PR #8245 (0.19.6) marks the loss's graph as scaled (bisected).
+DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE = (Version("0.18.3"), Version("0.19.6"))
+#: From 0.18.4 the hooks leave the gradient alone under ``backward(loss, scale_wrt_gas=False)`` (0.18.3 divides
+#: whatever it says: no loop can undo it there).
+DEEPSPEED_HOOKS_HONOUR_SCALE_WRT_GAS = Version("0.18.4")
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "deepspeed-scale-by-hand",
+    "F37",
+    lambda s, v: (
+        s.engine == "deepspeed"
+        and s.trainer_loop == "own"
+        and s.gradient_accumulation_steps > 1
+        and not s.deepspeed_scale_by_hand
+        and (deepspeed := v.get("deepspeed")) is not None
+        and DEEPSPEED_HOOKS_HONOUR_SCALE_WRT_GAS <= deepspeed < DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[1]
+    ),
+    {"deepspeed_scale_by_hand": True},
+    lambda v: (
+        f"deepspeed {v.get('deepspeed')} (>= {DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[0]}, < "
+        f"{DEEPSPEED_OUTPUT_HOOKS_SCALE_TWICE[1]}) divides the gradient by gradient_accumulation_steps once for "
+        "every output of the engine on the loss's path (the loss and the logits it came from), so the model "
+        "trains on a gradient that many times too small (F37, DeepSpeed PR #7665, fixed by PR #8245): the loss "
+        "divided by hand and backward(loss, scale_wrt_gas=False), as transformers' Trainer does"
+    ),
+    explained=(
+        "DeepSpeed 0.18.3 .. 0.19.5, the engine accumulating: its output hooks divide the gradient by "
+        "``gradient_accumulation_steps`` at every output on the loss's path (the loss and its logits), so a "
+        "transformers model trains on a gradient that many times too small (F37, PR #7665; fixed by PR #8245 in "
+        "0.19.6): the loss divided by hand and ``backward(loss, scale_wrt_gas=False)``, as transformers' Trainer "
+        "does (from 0.18.4; 0.18.3's hooks divide whatever it says)."
+    ),
+)

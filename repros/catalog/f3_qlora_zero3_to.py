@@ -37,6 +37,7 @@ from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18, stack
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule
 from repros.trainer.scenario import Scenario
 
 #: The quantization the bug mode uses on a CPU (decided by running; see the module docstring).
@@ -206,3 +207,18 @@ def run(ctx: RankContext) -> None:
         train(scenario, ctx, guards)
     finally:
         ctx.facts["quantized_load"] = last_load_facts()
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "peft-model-wrap",
+    "F3",
+    lambda s, v: bool(s.quantization) and s.peft_wrapping != "peft_model",
+    {"peft_wrapping": "peft_model"},
+    lambda v: "engines call .to on a raw HF model, which transformers refuses when quantized (F3)",
+    explained=(
+        "a quantized HF model with an adapter added by ``add_adapter`` goes to the engine as a raw HF model, "
+        "whose ``.to`` transformers refuses (F3); wrap it in a ``PeftModel`` instead."
+    ),
+)

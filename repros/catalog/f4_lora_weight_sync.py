@@ -32,6 +32,7 @@ from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule
 
 #: A name only a PEFT model has: the ``base_model.model.`` prefix, or a LoRA layer's own parts.
 _PEFT_PART = r"(?:lora_A|lora_B|lora_embedding_A|lora_embedding_B|base_layer|lora_magnitude_vector)"
@@ -169,3 +170,18 @@ def run(ctx: RankContext) -> None:
             print(weight_sync.summary(facts), flush=True)
     if dist.is_initialized():
         dist.barrier()
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "merge-before-sync",
+    "F4",
+    lambda s, v: s.sync_weights and not s.merge_before_sync,
+    {"merge_before_sync": True},
+    lambda v: "inference loaders reject PEFT parameter names; merge, load strictly, check (F4)",
+    explained=(
+        "an inference engine's name-based loader rejects PEFT's parameter names (F4); merge the adapters into the "
+        "base (dequantizing first when quantized), load strictly, and check the logits against the trained model."
+    ),
+)

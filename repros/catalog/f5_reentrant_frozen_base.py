@@ -28,6 +28,7 @@ from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
+from repros.trainer.guards import GuardRule, checkpoints_reentrantly
 from repros.trainer.scenario import Scenario
 
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -169,3 +170,36 @@ def run(ctx: RankContext) -> None:
     train(scenario, ctx, guards)
     if ctx.mode == "bug":
         raise_if_layer_adapters_got_no_gradient(ctx.facts["train"])
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+def _peft_makes_inputs_require_grad(s: Scenario) -> bool:
+    """``get_peft_model`` on a model already checkpointing calls ``enable_input_require_grads``
+    itself (unquantized models; PEFT's ``_prepare_model_for_gradient_checkpointing``)."""
+    return (
+        s.gradient_checkpointing
+        and s.checkpointing_before_adapter
+        and s.lora_impl == "peft"
+        and s.peft_wrapping == "peft_model"
+        and not s.quantization
+    )
+
+
+GUARD = GuardRule(
+    "input-require-grads",
+    "F5",
+    lambda s, v: (
+        s.gradient_checkpointing
+        and checkpoints_reentrantly(s, v)
+        and not s.input_require_grads
+        and not _peft_makes_inputs_require_grad(s)
+    ),
+    {"input_require_grads": True},
+    lambda v: "reentrant checkpointing with a frozen embedding gives adapters no gradient (F5)",
+    explained=(
+        "under reentrant checkpointing with a frozen embedding no checkpointed block's input requires grad, so "
+        "the adapters inside get none (F5); make the embedding output require grad (not when PEFT did so itself: "
+        "checkpointing enabled before ``get_peft_model``)."
+    ),
+)

@@ -32,6 +32,8 @@ from repros.catalog._stacks import CURRENT, TF4, TORCH_2_0_TF4_40, TORCH_2_12_TF
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule, Versions, checkpoints_reentrantly
+from repros.trainer.scenario import Scenario
 
 #: The parameter torch names, where it does (torch >= 2.1 by default; 2.0 only with
 #: ``TORCH_DISTRIBUTED_DEBUG`` set).
@@ -144,3 +146,26 @@ def run(ctx: RankContext) -> None:
     )
     scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+def _ddp_reentrant_unused_search(s: Scenario, v: Versions) -> bool:
+    return (
+        s.engine == "ddp" and s.ddp_find_unused_parameters and not s.ddp_static_graph and checkpoints_reentrantly(s, v)
+    )
+
+
+GUARD = GuardRule(
+    "ddp-static-graph",
+    "F6",
+    _ddp_reentrant_unused_search,
+    {"ddp_static_graph": True},
+    lambda v: "DDP's unused-parameter search marks adapters under reentrant checkpointing ready twice (F6)",
+    explained=(
+        "DDP with ``find_unused_parameters=True`` under reentrant checkpointing marks each checkpointed adapter "
+        "ready once after the forward (unused: the checkpoint hides it) and again in the recompute's backward "
+        "(F6); declare the graph static (``static_graph=True``), which keeps the user's checkpointing and "
+        "unused-parameter search."
+    ),
+)

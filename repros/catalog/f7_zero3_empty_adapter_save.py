@@ -31,6 +31,7 @@ from repros.catalog._surveyed import surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule
 
 _SHAPE_0 = r"size mismatch for \S*lora_\S+: copying a param with shape torch\.Size\(\[0\]\) from checkpoint"
 
@@ -130,3 +131,25 @@ def run(ctx: RankContext) -> None:
     )
     scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "zero3-gathered-save",
+    "F7",
+    lambda s, v: s.save_adapter and s.engine == "deepspeed" and s.zero_stage == 3 and s.save_method != "gathered",
+    {"save_method": "gathered"},
+    lambda v: (
+        "a ZeRO-3 save that does not gather the parameters writes empty or [0]-shaped adapters (F7; "
+        "peft 0.15.0's modules_to_save, F9)"
+    ),
+    also_works_around=("F9",),
+    explained=(
+        "under ZeRO-3 every rank holds a shard of each parameter; a save that does not gather them writes an "
+        "empty adapter (transformers < 5's ``Trainer.save_model`` without "
+        "``stage3_gather_16bit_weights_on_model_save``) or ``[0]``-shaped tensors (``save_pretrained`` on rank 0) "
+        "(F7), and peft 0.15.0 reads ``modules_to_save`` from the module itself even when handed a gathered state "
+        "dict (F9); save inside ``deepspeed.zero.GatheredParameters`` of the trainable parameters instead."
+    ),
+)

@@ -27,6 +27,7 @@ from repros.catalog._surveyed import SURVEYED, surveyed_by
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation, ReproSpec, Signature
+from repros.trainer.guards import GuardRule
 
 #: torch >= 2.1 (``_flat_param.py`` / ``flat_param.py``: ``_validate_tensors_to_flatten``).
 _NEW = r"Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`"
@@ -120,3 +121,19 @@ def run(ctx: RankContext) -> None:
     )
     scenario, guards = scenario_for(ctx, SPEC, scenario)
     train(scenario, ctx, guards)
+
+
+# The fixed trainer's workaround of this failure: chosen by repros/trainer/guards.py (in its order), listed in
+# docs/guards.md.
+GUARD = GuardRule(
+    "fsdp1-use-orig-params",
+    "F8",
+    lambda s, v: s.engine == "fsdp1" and not s.fsdp1_use_orig_params and s.fsdp1_wrap != "peft",
+    {"fsdp1_use_orig_params": True},
+    lambda v: "FSDP1 without use_orig_params refuses frozen and trainable parameters in one unit (F8)",
+    explained=(
+        "FSDP1 with ``use_orig_params=False`` flattens each unit's parameters into one and refuses frozen base "
+        "weights and trainable adapters in one unit (F8); keep the original parameters (``use_orig_params=True``, "
+        "torch PR #98221)."
+    ),
+)

@@ -27,10 +27,11 @@ from harness.config.repros import discover
 from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify, classify_scenario
 from harness.execution.launchers.result import LaunchResult
 from repros.catalog.f11_trainer_scheduler_param_groups import SPEC as F11
+from repros.catalog.f11_trainer_scheduler_param_groups import TRANSFORMERS_SCHEDULER_AFTER_PREPARE
 from repros.catalog.f20_deepspeed_config_disagrees import SPEC as F20
 from repros.catalog.f20_deepspeed_config_disagrees import disagreements
 from repros.runtime.outcomes import Outcome
-from repros.trainer.guards import TRANSFORMERS_SCHEDULER_AFTER_PREPARE, apply_guards, choose_guards
+from repros.trainer.guards import apply_guards, choose_guards
 from repros.trainer.hf_trainer import trainer_deepspeed_config
 from repros.trainer.scenario import Scenario
 from repros.trainer.silent_failures import DeepSpeedConfigDisagrees

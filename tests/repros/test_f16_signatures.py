@@ -22,11 +22,11 @@ from harness.config.expectations import expectation_for
 from harness.config.repros import discover
 from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify, classify_scenario
 from harness.execution.launchers.result import LaunchResult
-from repros.catalog.f16_fsdp2_adapter_only_rank0_shard import SCENARIO
+from repros.catalog.f16_fsdp2_adapter_only_rank0_shard import ACCELERATE_FSDP2_ADAPTER_FULL_SAVE, SCENARIO
 from repros.catalog.f16_fsdp2_adapter_only_rank0_shard import SPEC as F16
 from repros.runtime.outcomes import Outcome
 from repros.trainer.fsdp_adapter_save import check_saved_adapter
-from repros.trainer.guards import ACCELERATE_FSDP2_ADAPTER_FULL_SAVE, apply_guards, choose_guards
+from repros.trainer.guards import apply_guards, choose_guards
 from repros.trainer.silent_failures import SavedAdapterIncomplete
 from tests.support.rank_records import error_record, failed_launch
 
