@@ -66,6 +66,7 @@ SPEC = ReproSpec(
             DEPENDS_ON,
             otherwise={
                 "openrlhf-v0.4.0": Outcome.NOT_REPRODUCED,
+                "newest-2026-07": Outcome.NOT_REPRODUCED,
                 "openrlhf-v0.11.0": Outcome.NOT_REPRODUCED,
                 "newest-2026-08": Outcome.NOT_REPRODUCED,
             },

@@ -104,7 +104,7 @@ SPEC = ReproSpec(
     ),
     expectations=(
         # The surveyed stacks first: a run of one of them is compared with what was seen there.
-        # Transformers 5 (open-instruct v0.3.0's, OpenRLHF v0.11.0's, the newest of 2026-08) has none of it.
+        # The surveyed stacks with transformers 5 have none of it.
         *surveyed(DEPENDS_ON, otherwise=dict.fromkeys(TRANSFORMERS_5, Outcome.NOT_REPRODUCED)),
         Expectation(
             "bug",
