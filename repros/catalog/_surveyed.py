@@ -93,10 +93,38 @@ SURVEYED: dict[str, dict[str, str]] = {
         "peft": "==0.17.1",
         "accelerate": "==1.11.0",
     },
+    "newest-2026-07": {
+        "torch": "==2.13.0",
+        "deepspeed": "==0.19.3",
+        "transformers": "==5.14.1",
+        "peft": "==0.20.0",
+        "accelerate": "==1.14.0",
+    },
     "openrlhf-v0.11.0": {
         "torch": "==2.13.0",
         "deepspeed": "==0.19.5",
         "transformers": "==5.15.0",
+        "peft": "==0.20.0",
+        "accelerate": "==1.14.0",
+    },
+    "open-instruct-v0.1.0": {
+        "torch": "==2.9.0",
+        "deepspeed": "==0.18.4",
+        "transformers": "==4.57.6",
+        "peft": "==0.18.1",
+        "accelerate": "==1.12.0",
+    },
+    "open-instruct-v0.3.0": {
+        "torch": "==2.10.0",
+        "deepspeed": "==0.18.4",
+        "transformers": "==5.4.0",
+        "peft": "==0.18.1",
+        "accelerate": "==1.12.0",
+    },
+    "newest-2026-08": {
+        "torch": "==2.13.0",
+        "deepspeed": "==0.19.6",
+        "transformers": "==5.16.1",
         "peft": "==0.20.0",
         "accelerate": "==1.14.0",
     },
@@ -114,8 +142,15 @@ SLICE: dict[str, int] = {
     "llamafactory-v0.9.3": 5,
     "axolotl-v0.12.0": 5,
     "openrlhf-v0.9.0": 6,
+    "open-instruct-v0.1.0": 6,
+    "open-instruct-v0.3.0": 7,
+    "newest-2026-07": 7,
     "openrlhf-v0.11.0": 8,
+    "newest-2026-08": 8,
 }
+
+#: The surveyed stacks with transformers 5 (their runs saw neither F5 nor F7, as the catalog's ranges say).
+TRANSFORMERS_5 = ("open-instruct-v0.3.0", "newest-2026-07", "openrlhf-v0.11.0", "newest-2026-08")
 
 #: Stacks whose runs answered for another surveyed stack too (the same releases of what decides the failure).
 ANSWERS_TOO: dict[str, tuple[str, ...]] = {"trl-v0.12.0": ("axolotl-v0.5.0",)}

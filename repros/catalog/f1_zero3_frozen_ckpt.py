@@ -67,7 +67,12 @@ SPEC = ReproSpec(
         # The surveyed stacks first: a run of one of them is compared with what was seen there.
         *surveyed(
             DEPENDS_ON,
-            otherwise={"openrlhf-v0.4.0": Outcome.NOT_REPRODUCED, "openrlhf-v0.11.0": Outcome.NOT_REPRODUCED},
+            otherwise={
+                "openrlhf-v0.4.0": Outcome.NOT_REPRODUCED,
+                "newest-2026-07": Outcome.NOT_REPRODUCED,
+                "openrlhf-v0.11.0": Outcome.NOT_REPRODUCED,
+                "newest-2026-08": Outcome.NOT_REPRODUCED,
+            },
         ),
         Expectation(
             "bug",

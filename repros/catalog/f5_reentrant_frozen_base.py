@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repros.catalog._stacks import CURRENT, DS_0_19_2, TF4, TF4_DS_0_18
-from repros.catalog._surveyed import surveyed
+from repros.catalog._surveyed import TRANSFORMERS_5, surveyed
 from repros.runtime.context import RankContext
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Diverges, Expectation, ReproSpec, Signature, Variant
@@ -105,7 +105,8 @@ SPEC = ReproSpec(
     ),
     expectations=(
         # The surveyed stacks first: a run of one of them is compared with what was seen there.
-        *surveyed(DEPENDS_ON, otherwise={"openrlhf-v0.11.0": Outcome.NOT_REPRODUCED}),
+        # The surveyed stacks with transformers 5 have none of it.
+        *surveyed(DEPENDS_ON, otherwise=dict.fromkeys(TRANSFORMERS_5, Outcome.NOT_REPRODUCED)),
         Expectation(
             "bug",
             Outcome.REPRODUCED,

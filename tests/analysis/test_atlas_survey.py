@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.analysis.atlas.build import assemble
-from harness.analysis.atlas.check import AFFECTED, NOT_AFFECTED
+from harness.analysis.atlas.check import AFFECTED, NOT_AFFECTED, check_stack, where_of
 from harness.analysis.atlas.evidence import read_sources
 from harness.analysis.atlas.regions import contains
 from harness.analysis.atlas.survey import default_survey_path, in_survey_order, load_survey, slice_of
@@ -211,3 +211,11 @@ def test_the_catalogs_surveyed_stacks_are_the_surveys_own_in_their_slices() -> N
     for stack_id, others in ANSWERS_TOO.items():
         for other in others:
             assert all(contains(spec, stacks[other].stack.versions[p]) for p, spec in SURVEYED[stack_id].items())
+
+
+def test_an_unknown_surveyed_stack_says_the_command_that_proves_it_as_a_stack(tmp_path: Path) -> None:
+    atlas = assemble(DISCOVERY, read_sources([], DISCOVERY))
+    stack = load_survey(_unproven_survey(tmp_path))[0]
+    (found,) = check_stack(atlas, DISCOVERY, stack.stack, where_of(stack.stack, "cpu", None, None), ["F1"])
+    assert found.verdict == "unknown"
+    assert f"prove it: python -m harness atlas check --stack '{stack.stack.text()}' --prove --repros F1" in found.why

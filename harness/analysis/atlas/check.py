@@ -241,6 +241,8 @@ def stack_argument(stack: Stack) -> str:
         return f"--stack {shlex.quote(stack.text())}"
     if stack.source.startswith("the running interpreter"):
         return "--here"
+    if not Path(stack.source).is_file():  # a surveyed stack ("survey.yaml trl-2514"): its releases as they are
+        return f"--stack {shlex.quote(stack.text())}"
     return f"--requirements {shlex.quote(stack.source)}"
 
 
