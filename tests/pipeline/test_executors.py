@@ -20,6 +20,7 @@ import pytest
 
 from harness.cli import options
 from harness.environments import Resolved
+from harness.execution.classify import Observation
 from harness.pipeline.dispatch import Dispatch
 from harness.pipeline.executors import Attempted, ItemJob, ItemLost
 from harness.pipeline.executors.base import no_placement
@@ -63,11 +64,10 @@ class StandIn:
         if self.losses.get(label, 0) >= self.calls[label]:
             raise ItemLost(f"node-{self.calls[label]}", "NodeDiedError: the raylet died", retry=self.retry)
         record = unobserved_record(
-            outcome=Outcome.PASS,
+            observation=Observation(Outcome.PASS, reasons=("ran",)),
             error_type="",
             run_id=job.run_id,
             item=job.item.id,
-            reason="ran",
             world_size=job.item.world_size,
             repro_cmd=job.repro_cmd,
             started_at="t",
