@@ -29,6 +29,7 @@ from harness.cli.commands.base import Command
 from harness.config.repros import Discovery, discover
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.names import unknown_repro_fix
+from harness.core.option import whole_number
 from harness.environments.stacks import Stack, parse_stack_text, read_requirements, stack_here
 from harness.execution.gpu_lease import visible_gpus
 from harness.pipeline.session import EXIT_INTERRUPTED
@@ -95,7 +96,7 @@ class AtlasCommand(Command):
             "--device", choices=("cpu", "cuda"), help="the device the stack trains on (--here, --prove: this machine's)"
         )
         check.add_argument(
-            "--world-size", type=options.whole_number("--world-size"), metavar="N", help="the ranks it trains with"
+            "--world-size", type=whole_number("--world-size"), metavar="N", help="the ranks it trains with"
         )
         check.add_argument("--family", choices=list(FAMILIES), help="the model family it trains")
         options.add_cli_options(check, ("repros", "reports_dir", "repros_dir"))
