@@ -25,6 +25,7 @@ import importlib.util
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from importlib import metadata
 
 #: Packages that are the project's own, wherever they are installed.
@@ -55,7 +56,7 @@ def stack_failure(exc: BaseException) -> str | None:
     if not isinstance(exc, ImportError):
         return None
     message = f"{type(exc).__name__}: {exc}"
-    distributed: dict[str, list[str]] | None = None
+    distributed: Mapping[str, list[str]] | None = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.name != "<module>" or frame.filename.startswith("<"):
             continue
