@@ -22,7 +22,7 @@ run: setup
 	$(PY) -m harness run $(ARGS)
 
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile --junitxml=reports/junit-tests.xml $(ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15 --junitxml=reports/junit-tests.xml $(ARGS)
 
 unit: setup
 	$(PY) -m pytest -q --no-integration $(ARGS)

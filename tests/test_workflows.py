@@ -150,6 +150,15 @@ def test_the_push_job_runs_what_ci_runs() -> None:
     assert "bash .ci/run" in scripts(workflow)
 
 
+def test_ci_prints_the_15_slowest_tests() -> None:
+    """What the suite spends its time on is in every CI log: .ci/run runs `make test`, whose pytest
+    prints the 15 slowest tests."""
+    assert (REPO_ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == "make test"
+    planned = subprocess.run(["make", "-n", "test"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    (command,) = [line for line in planned.stdout.splitlines() if "-m pytest" in line]
+    assert "--durations=15" in shlex.split(command)
+
+
 def test_the_watch_job_runs_the_watch_lane_on_a_hosted_cpu_runner_against_the_previous_night() -> None:
     workflow = load(NIGHTLY)
     watch = workflow["jobs"]["watch"]
