@@ -7,8 +7,9 @@ Options are ``run``'s own (``harness/cli/options.py``), parsed the same way into
 the selection (``--matrix --lane --cells --repros --modes --repros-dir``; ``--cell`` is another
 name for ``--cells``), and with a ``--repro-`` prefix where the flag is too generic for a pytest
 session that loads many plugins: what chose the stack (``--repro-pin --repro-as-of --repro-model
---repro-world-size --repro-family``), where items run (``--repro-executor --repro-ray-address
---repro-slurm-folder --repro-slurm-param --repro-launcher``), how many times (``--repro-repeat
+--repro-world-size --repro-family``), where items run (``--repro-executor``, every registered
+executor's own options, prefixed too: ``--repro-ray-address``, ``--repro-slurm-folder
+--repro-slurm-param``, an installed executor's; ``--repro-launcher``), how many times (``--repro-repeat
 --repro-reruns``), the environment cache (``--repro-cache-dir --repro-cache-max-gb``) and
 ``--repro-out``. What pytest does itself is left to it: ``-n`` (pytest-xdist) for ``--jobs``, ``-k``
 and node ids for a part of the plan; ``--resume``, ``--shard`` and ``--save-expectations`` are
@@ -80,15 +81,21 @@ from repros.runtime.registry import RegistryClash
 
 STATE = pytest.StashKey["ReproSession"]()
 WORKER_INPUT = "ft_regress"
-#: The options of ``run`` (harness/cli/options.py) the plugin takes: every one that fits a test session.
-PLUGIN_OPTIONS = (
-    *options.SELECTION_OPTIONS,
-    "out",
-    *options.STACK_OPTIONS,
-    *(name for name in options.EXECUTOR_OPTIONS if name != "jobs"),  # -n (pytest-xdist) runs items at once
-    *options.ATTEMPT_OPTIONS,
-    *options.CACHE_OPTIONS,
-)
+
+
+def plugin_options() -> tuple[str, ...]:
+    """The options of ``run`` (harness/cli/options.py) the plugin takes: every one that fits a test
+    session, every registered executor's own among them (``-n``, pytest-xdist's, runs items at once)."""
+    return (
+        *options.SELECTION_OPTIONS,
+        "out",
+        *options.STACK_OPTIONS,
+        *options.executor_option_names(jobs=False),
+        *options.ATTEMPT_OPTIONS,
+        *options.CACHE_OPTIONS,
+    )
+
+
 #: Any of these asks for repro items.
 SELECTING_OPTIONS = ("matrix", "lane", "cells", "repros")
 #: Lines of each rank's log shown in a failure.
@@ -100,7 +107,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "ft-regress repros",
         "ft-regress: the repros as test items, one per cell, repro and mode (the options of ft-regress run)",
     )
-    options.add_pytest_options(group, PLUGIN_OPTIONS)
+    options.add_pytest_options(group, plugin_options())
     parser.addini("ft_regress_reports", "directory for repro runs' output", default="reports")
 
 
@@ -208,9 +215,10 @@ def _values(config: pytest.Config) -> dict[str, Any]:
     """The plugin's option values by the shared destinations, paths against the invocation directory; a
     repro file named on the command line is found where it lies (its directory, as ``--repros-dir``)."""
     base = config.invocation_params.dir
-    values = {name: config.getoption(f"ft_{name}") for name in PLUGIN_OPTIONS}
-    for name in PLUGIN_OPTIONS:
-        kind = options.OPTIONS[name].kind
+    taken = plugin_options()
+    values = {name: config.getoption(f"ft_{name}", default=None) for name in taken}
+    for name in taken:
+        kind = options.option(name).kind
         if kind == "path" and values[name]:
             values[name] = Path(base, values[name])
         elif kind == "paths":

@@ -1,11 +1,13 @@
-"""The architecture holds: layers import downwards only, mypy finds no error, ruff finds nothing,
-and the docs build strictly (a broken link or a page left out of the nav fails)."""
+"""The architecture holds: layers import downwards only, mypy finds no error (harness/, repros/,
+benchmarks/), ruff finds nothing, and the docs build strictly (a broken link or a page left out of
+the nav fails)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,10 @@ def test_every_layer_imports_only_the_layers_below_it() -> None:
     assert "broken" in done.stdout and " 0 broken" in done.stdout
 
 
-def test_mypy_finds_no_error_in_the_orchestrator() -> None:
+def test_mypy_finds_no_error_in_the_orchestrator_or_the_worker_side() -> None:
+    # Both sides of the process boundary are checked: the rank's code (repros/) as the harness.
+    configured = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert {"harness", "repros", "benchmarks"} <= set(configured)
     done = check([sys.executable, "-m", "mypy", "--no-incremental"])
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 

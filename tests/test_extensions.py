@@ -238,7 +238,7 @@ def test_an_installed_package_adds_a_repro_and_an_executor_without_editing_the_h
     assert "tiny" in helped.stdout.split("--executor", 1)[1].split("--", 1)[0]  # among the choices
     out = root / "out"
     done = harness_run(env, "run", "--matrix", str(root / "matrix.yaml"), "--repros", "T100", "--executor", "tiny",
-                       "--out", str(out))  # fmt: skip
+                       "--tiny-label", "night-7", "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert record["repro"] == "T100" and record["outcome"] == "REPRODUCED" and record["matched"]
@@ -246,6 +246,9 @@ def test_an_installed_package_adds_a_repro_and_an_executor_without_editing_the_h
     meta = json.loads((out / "run.json").read_text())
     assert meta["concurrency"]["executor"] == "tiny" and meta["concurrency"]["attempts_by_tiny"] == 1
     assert meta["options"]["executor"] == "tiny"
+    # Its own option reached it, and run.json keeps it for a resume.
+    assert meta["concurrency"]["label"] == "night-7"
+    assert meta["options"]["executor_options"] == {"tiny_label": "night-7"}
     # Listed where every registry is: the installed package's names beside the built-ins.
     listed = subprocess.run(
         [sys.executable, "-c", "from harness.cli.extensions import EXTENSION_POINTS as E; "
@@ -265,3 +268,50 @@ def test_two_extensions_of_one_name_are_refused_in_one_line(installed: tuple[Pat
     (line,) = done.stderr.strip().splitlines()
     assert "two executors are named 'local'" in line and "ft-regress-clash 0.1" in line and "built into" in line
     assert not (root / "never").exists()
+
+
+def test_an_installed_executor_declares_its_option_and_every_verb_and_the_plugin_take_it(
+    installed: tuple[Path, dict[str, str]],
+) -> None:
+    root, env = installed
+    for verb in ("run", "bisect", "watch", "grid", "crosscheck"):
+        helped = harness_run(env, verb, "--help")
+        assert helped.returncode == 0 and "--tiny-label" in helped.stdout, verb
+        assert "with --executor tiny: a label run.json shows" in " ".join(helped.stdout.split()), verb
+    # The pytest plugin takes it (prefixed, as every executor's own); its items are a repro directory's.
+    fake_stack.write_repro(root / "plugin-repros", "T2", "clean", "NOT_REPRODUCED", world_size=1)
+    out = root / "plugin-out"
+    plugin = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--matrix={root / 'matrix.yaml'}",
+         f"--repros-dir={root / 'plugin-repros'}", "--repros=T2", "--repro-executor=tiny",
+         "--repro-tiny-label=from-pytest", f"--repro-out={out}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300,
+    )  # fmt: skip
+    assert plugin.returncode == 0 and "1 passed" in plugin.stdout, plugin.stdout + plugin.stderr
+    # The session's executor is made from these options, as run's is (whose run.json shows it got them).
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["options"]["executor"] == "tiny"
+    assert meta["options"]["executor_options"] == {"tiny_label": "from-pytest"}
+
+
+def test_an_executor_option_is_never_dropped_in_silence(installed: tuple[Path, dict[str, str]]) -> None:
+    root, env = installed
+    matrix = str(root / "matrix.yaml")
+    # Given to another executor: refused, naming whose it is, before anything runs.
+    done = harness_run(env, "run", "--matrix", matrix, "--repros", "T100", "--tiny-label", "x",
+                       "--out", str(root / "never"))  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "--tiny-label: x: is for --executor tiny" in line and not (root / "never").exists()
+    # A run whose run.json holds an option no installed executor declares (its package since
+    # uninstalled, or a hand edit) is refused on resume, never resumed without it.
+    out = root / "resumed"
+    first = harness_run(env, "run", "--matrix", matrix, "--repros", "T100", "--executor", "tiny", "--out", str(out))
+    assert first.returncode == 0, first.stdout + first.stderr
+    meta = json.loads((out / "run.json").read_text())
+    meta["options"]["executor_options"] = {"tiny_colour": "red"}
+    (out / "run.json").write_text(json.dumps(meta))
+    resumed = harness_run(env, "run", "--resume", str(out))
+    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr, resumed.stderr
+    (line,) = resumed.stderr.strip().splitlines()
+    assert "tiny_colour" in line and "no option of any installed executor" in line

@@ -14,10 +14,10 @@ from typing import NoReturn
 from rich.console import Console
 
 from harness import __version__
-from harness.cli import options
 from harness.cli.commands import COMMANDS, Command
 from harness.core.errors import EXIT_USAGE, UserError, one_line
 from harness.core.invocation import program_text
+from harness.core.option import path_value
 from harness.core.text import plain
 from repros.runtime.registry import RegistryClash
 
@@ -54,7 +54,7 @@ def checked_paths(parser: argparse.ArgumentParser) -> None:
             for verb in dict.fromkeys(action.choices.values()):
                 checked_paths(verb)
         elif action.type is Path:
-            action.type = options.path_value
+            action.type = path_value
 
 
 class BrokenVerb(Command):

@@ -1,10 +1,13 @@
 """Options defined once, for the command line and the pytest plugin alike.
 
-Each ``Option`` names its destination, its flags, its help and how its value is read; the CLI
-verbs (``harness/cli/commands``) and the pytest plugin (``harness/pytest_plugin.py``) add the
-ones they take from this table, and ``selection`` turns the values into ``RunOptions``. Under
-pytest, an option whose CLI flag is too generic for a pytest session that loads many plugins
-(``--out``, ``--launcher``, ``--repeat``...) has a ``repro-`` prefixed flag instead (``pytest_flags``).
+Each ``Option`` (``harness/core/option.py``) names its destination, its flags, its help and how its
+value is read; the CLI verbs (``harness/cli/commands``) and the pytest plugin
+(``harness/pytest_plugin.py``) add the ones they take from this table, and ``selection`` turns the
+values into ``RunOptions``. The executors' options are their own: each executor declares them
+(``harness/pipeline/executors``), and every verb that runs items takes every registered executor's
+(``executor_options``). Under pytest, an option whose CLI flag is too generic for a pytest session
+that loads many plugins (``--out``, ``--launcher``, ``--repeat``, every executor's...) has a
+``repro-`` prefixed flag instead (``pytest_flags``).
 
 Where the matrix comes from: ``--matrix``, else ``./matrix.yaml``, else ``$FT_REGRESS_MATRIX``.
 """
@@ -12,10 +15,9 @@ Where the matrix comes from: ``--matrix``, else ``./matrix.yaml``, else ``$FT_RE
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import dataclasses
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.config.locate import DEFAULT_MATRIX_NAME, MATRIX_VARIABLE
-from harness.core.as_of import as_of_value
 from harness.core.errors import UserError
-from harness.core.paths import check_output_dir, check_path, path_problem, shown
+from harness.core.json import JsonValue
+from harness.core.option import Option
+from harness.core.paths import check_output_dir, check_path
 from harness.environments import default_cache_dir
 from harness.execution.launchers import LAUNCHERS, default_launcher
-from harness.pipeline.executors import EXECUTORS, check_choice
+from harness.pipeline.executors import EXECUTORS, check_choice, declared_options
 from harness.planning.run_options import (
     AttemptPolicy,
     CacheChoice,
@@ -40,101 +43,8 @@ from harness.planning.run_options import (
     load,
 )
 from harness.planning.shards import parse_shard
+from repros.runtime.registry import RegistryClash
 from repros.runtime.spec import MODES
-
-
-@dataclass(frozen=True)
-class Option:
-    dest: str
-    flags: tuple[str, ...]
-    help: str
-    #: ``text``, ``texts`` (repeatable), ``csv`` (comma-separated, repeatable), ``path``, ``paths`` (repeatable),
-    #: ``choice``, ``int``,
-    #: ``date`` (YYYY-MM-DD or a UTC time, up to today), ``gb`` (a size in GB, more than 0).
-    kind: str = "text"
-    #: What it accepts: a fixed tuple, or a registry read when the value is checked (a later
-    #: registration counts).
-    choices: Collection[str] = ()
-    default: Callable[[], Any] | None = None
-    metavar: str | None = None
-    #: The flags under pytest, where they differ from ``flags``.
-    pytest_flags: tuple[str, ...] | None = None
-    #: ``int``: the least value it takes (its message says so).
-    minimum: int = 0
-
-    def argparse_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help}
-        if self.metavar:
-            kwargs["metavar"] = self.metavar
-        if self.kind in ("csv", "paths", "texts"):
-            kwargs["action"] = "append"
-            kwargs["default"] = []
-        if self.kind in ("path", "paths"):
-            kwargs["type"] = path_value
-        if self.kind == "int":
-            kwargs["type"] = whole_number(self.flags[0], self.minimum)
-        if self.kind == "date":
-            kwargs["type"] = _past_as_of(self.flags[0])
-        if self.kind == "gb":
-            kwargs["type"] = gigabytes(self.flags[0])
-        if self.kind == "choice":
-            kwargs["choices"] = self.choices
-        if self.default is not None and self.kind not in ("csv", "paths", "texts"):
-            kwargs["default"] = self.default()
-        return kwargs
-
-
-def _past_as_of(flag: str) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        try:
-            moment = as_of_value(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{flag} takes a day, YYYY-MM-DD, or a UTC time, YYYY-MM-DDTHH:MM:SSZ, not {value!r}"
-            ) from None
-        if moment[:10] > dt.date.today().isoformat():
-            raise argparse.ArgumentTypeError(f"{flag} {value} is in the future: give a day up to today")
-        return moment
-
-    return parse
-
-
-def path_value(value: str) -> Path:
-    """argparse's type for a path argument: refused as it is parsed where it could not be a path
-    (argparse names the argument)."""
-    problem = path_problem(Path(value)) if value else "is empty"
-    if problem:
-        raise argparse.ArgumentTypeError(f"{shown(value)} {problem}")
-    return Path(value)
-
-
-def gigabytes(flag: str) -> Callable[[str], float]:
-    def parse(value: str) -> float:
-        try:
-            number = float(value)
-        except ValueError:
-            number = -1.0
-        if not 0 < number < 1e6:
-            raise argparse.ArgumentTypeError(f"{flag} takes a size in GB greater than 0, not {value!r}")
-        return number
-
-    return parse
-
-
-def whole_number(flag: str, minimum: int = 0) -> Callable[[str], int]:
-    """A parser of whole numbers from ``minimum`` up, whose refusal says what it takes."""
-
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            number = minimum - 1
-        if number < minimum:
-            raise argparse.ArgumentTypeError(f"{flag} takes a whole number ({minimum} or more), not {value!r}")
-        return number
-
-    return parse
-
 
 OPTIONS: dict[str, Option] = {
     o.dest: o
@@ -212,35 +122,11 @@ OPTIONS: dict[str, Option] = {
             "executor",
             ("--executor",),
             "where items run: local (this machine, default), ray (one Ray task per item on the cluster at "
-            "--ray-address, else a local one), slurm (submitit job arrays, one per cell)",
+            "--ray-address, else a local one), slurm (submitit job arrays, one per cell), or an installed "
+            "package's; the options named with an executor below are that executor's own",
             kind="choice",
             choices=EXECUTORS,
             pytest_flags=("--repro-executor",),
-        ),
-        Option(
-            "ray_address",
-            ("--ray-address",),
-            "with --executor ray: the address of a running Ray cluster (host:port, or 'auto'); default: start a "
-            "local one for the run",
-            metavar="ADDR",
-            pytest_flags=("--repro-ray-address",),
-        ),
-        Option(
-            "slurm_folder",
-            ("--slurm-folder",),
-            "with --executor slurm: where submitit keeps its jobs' files, a folder every node sees (default: "
-            "the run directory's 'slurm')",
-            kind="path",
-            pytest_flags=("--repro-slurm-folder",),
-        ),
-        Option(
-            "slurm_param",
-            ("--slurm-param",),
-            "with --executor slurm: submitit parameters NAME=VALUE, comma-separated (repeatable; e.g. "
-            "slurm_partition=gpu,timeout_min=60, or cluster=local for submitit's local executor)",
-            kind="csv",
-            metavar="NAME=VALUE",
-            pytest_flags=("--repro-slurm-param",),
         ),
         Option(
             "reruns",
@@ -325,28 +211,65 @@ OPTIONS: dict[str, Option] = {
 }
 
 
+def executor_options() -> dict[str, Option]:
+    """Every registered executor's own options, by destination (read from the registry when asked: an
+    executor installed or registered later counts), each under pytest with a ``repro-`` prefixed flag.
+    One that takes a destination or a flag of the harness's own options is refused in one line."""
+    found: dict[str, Option] = {}
+    taken = {flag for option in OPTIONS.values() for flag in (*option.flags, *(option.pytest_flags or ()))}
+    for dest, declared in declared_options().items():
+        option = declared.option
+        clash = dest if dest in OPTIONS else next((f for f in option.flags if f in taken), None)
+        if clash is not None:
+            raise RegistryClash(
+                "executor option", EXECUTORS.group or "", clash, "built into ft-regress", declared.executor
+            )
+        pytest_flags = option.pytest_flags or tuple(f"--repro-{flag.lstrip('-')}" for flag in option.flags)
+        found[dest] = dataclasses.replace(option, pytest_flags=pytest_flags)
+    return found
+
+
+def option(name: str) -> Option:
+    """The option whose destination is ``name``: the harness's own, or a registered executor's."""
+    return OPTIONS[name] if name in OPTIONS else executor_options()[name]
+
+
+def executor_option_names(jobs: bool = True) -> tuple[str, ...]:
+    """``--executor``, every registered executor's own options, ``--launcher``, and ``--jobs`` (where
+    items can run at once)."""
+    return ("executor", *executor_options(), "launcher", *(("jobs",) if jobs else ()))
+
+
 def add_cli_options(
     parser: argparse.ArgumentParser, names: Iterable[str], helps: Mapping[str, str] | None = None
 ) -> None:
     """The options ``names`` on ``parser``; ``helps``: what a verb says of some of them instead (one that
     takes no matrix, say)."""
     for name in names:
-        option = OPTIONS[name]
-        kwargs = option.argparse_kwargs()
+        declared = option(name)
+        kwargs = declared.argparse_kwargs()
         if helps and name in helps:
             kwargs["help"] = helps[name]
-        parser.add_argument(*option.flags, **kwargs)
+        parser.add_argument(*declared.flags, **kwargs)
+
+
+def add_executor_options(parser: argparse.ArgumentParser, jobs: bool = True) -> None:
+    """Where a verb's items run: ``executor_option_names``, in a group of their own in ``--help``."""
+    group = parser.add_argument_group("where items run", "the executor, its own options, the launcher")
+    for name in executor_option_names(jobs):
+        declared = option(name)
+        group.add_argument(*declared.flags, **declared.argparse_kwargs())
 
 
 def add_pytest_options(group: Any, names: Iterable[str]) -> None:
     """Add the options to a pytest option group, with the ``ft_`` prefix on each destination."""
     for name in names:
-        option = OPTIONS[name]
-        kwargs = option.argparse_kwargs()
-        kwargs["dest"] = f"ft_{option.dest}"
-        if "type" in kwargs and option.kind in ("path", "paths"):
+        declared = option(name)
+        kwargs = declared.argparse_kwargs()
+        kwargs["dest"] = f"ft_{declared.dest}"
+        if "type" in kwargs and declared.kind in ("path", "paths"):
             kwargs.pop("type")  # pytest paths are resolved against the invocation directory by the plugin
-        group.addoption(*(option.pytest_flags or option.flags), **kwargs)
+        group.addoption(*(declared.pytest_flags or declared.flags), **kwargs)
 
 
 def csv(values: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -419,19 +342,14 @@ def executor_choice(values: Mapping[str, Any], base: ExecutorChoice | None = Non
     answers."""
     base = base or ExecutorChoice(launcher=default_launcher())
     name = values.get("executor") or base.name
-    changes: dict[str, object] = {"name": name}
-    if values.get("ray_address"):
-        changes["ray_address"] = values["ray_address"]
-    if values.get("slurm_folder"):
-        changes["slurm_folder"] = Path(values["slurm_folder"]).resolve()
-    parameters = []
-    for entry in csv(values.get("slurm_param")):
-        key, sep, value = entry.partition("=")
-        if not sep or not key.strip():
-            raise UserError("--slurm-param", entry, "is not NAME=VALUE", "e.g. --slurm-param slurm_partition=gpu")
-        parameters.append((key.strip(), value.strip()))
-    if parameters:
-        changes["slurm_parameters"] = tuple(parameters)
+    given = {dest: _executor_value(declared, values.get(dest)) for dest, declared in executor_options().items()}
+    # Every executor option given is kept (its own executor's, or refused naming whose it is by the
+    # check below): none is dropped. A resumed run's stand unless given again.
+    kept = dict(base.executor_options) if name == base.name else {}
+    changes: dict[str, object] = {
+        "name": name,
+        "executor_options": {**kept, **{dest: value for dest, value in given.items() if value not in (None, [])}},
+    }
     if values.get("launcher"):
         changes["launcher"] = values["launcher"]
     if values.get("jobs") is not None:
@@ -439,6 +357,22 @@ def executor_choice(values: Mapping[str, Any], base: ExecutorChoice | None = Non
     choice = base.evolve(**changes)
     check_choice(choice)
     return choice
+
+
+def _executor_value(declared: Option, value: Any) -> JsonValue:
+    """An executor option's value as it reaches the executor (and ``run.json``): a path made absolute,
+    comma-separated values split, a repeated option's values in a list."""
+    if value is None or value == "" or value == []:
+        return None
+    if declared.kind == "path":
+        return str(Path(value).resolve())
+    if declared.kind == "paths":
+        return [str(Path(v).resolve()) for v in value]
+    if declared.kind == "csv":
+        return list(csv(value))
+    if declared.kind == "texts":
+        return [str(v) for v in value]
+    return value if isinstance(value, int | float | bool) else str(value)
 
 
 def attempt_policy(values: Mapping[str, Any], base: AttemptPolicy | None = None) -> AttemptPolicy:
@@ -491,6 +425,5 @@ def selection(values: Mapping[str, Any], cwd: Path | None = None, **fields: Any)
 SELECTION_OPTIONS = ("matrix", "lane", "cells", "repros", "modes", "repros_dir")
 #: What chose a run's stack (``StackChoice``): every verb whose items a rerun command names takes them all.
 STACK_OPTIONS = ("pin", "as_of", "model", "world_size", "family")
-EXECUTOR_OPTIONS = ("executor", "ray_address", "slurm_folder", "slurm_param", "launcher", "jobs")
 ATTEMPT_OPTIONS = ("repeat", "reruns")
 CACHE_OPTIONS = ("cache_dir", "cache_max_gb")

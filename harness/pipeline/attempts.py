@@ -30,6 +30,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+from harness.execution.classify import classify
 from harness.pipeline.executors.base import ItemJob, ItemLost
 from harness.pipeline.item_records import unobserved_record
 from harness.records.item import (
@@ -37,7 +38,6 @@ from harness.records.item import (
     Attempt,
     ItemRecord,
     RecordError,
-    counts_text,
     error_summary,
     parse_record,
 )
@@ -144,18 +144,17 @@ def with_attempts(final: ItemRecord, earlier: list[Attempt]) -> ItemRecord:
     return final.evolve(attempts=[*earlier, *final.attempts], flaky=final.matched, reasons=[*final.reasons, said])
 
 
-def repeated(final: ItemRecord, earlier: list[Attempt], final_dir: Path | None) -> ItemRecord:
-    """``--repeat``: the record over every attempt. Where all ended the same way, the last attempt's
-    record with every attempt and the count; where they did not, FLAKY (never silently the last
-    one), with the counts, which attempts differed and the first error met, and no match."""
+def repeated(final: ItemRecord, earlier: list[Attempt], final_dir: Path | None, kind: str) -> ItemRecord:
+    """``--repeat``: the record over every attempt of an item classified as ``kind``. Where all ended the
+    same way, the last attempt's record with every attempt and the count; where they did not, FLAKY
+    (``classify``'s attempts step), with the counts, which attempts differed and the first error met,
+    and no match."""
     every = [*earlier, attempt_summary(final, final_dir)]
     counts = dict(Counter(str(a.outcome) for a in every))
     fields: dict[str, object] = {"attempts": every, "repeat": len(every), "outcome_counts": counts}
-    if len(counts) == 1:
+    over = classify(kind, None, attempts=[str(a.outcome) for a in every], expected=final.expected)
+    if over.outcome != Outcome.FLAKY:
         return final.evolve(**fields)
-    usual = max(counts, key=lambda outcome: (counts[outcome], outcome == final.expected))
-    odd = [str(i) for i, a in enumerate(every, 1) if a.outcome != usual]
-    said = f"attempts disagree: {counts_text(counts)} (attempts {', '.join(odd)} not {usual})"
     erring = next((a for a in every if a.error_type), None)
     error = error_summary(erring.error_type or "", erring.message, None) if erring else final.error
     return final.evolve(
@@ -163,7 +162,7 @@ def repeated(final: ItemRecord, earlier: list[Attempt], final_dir: Path | None) 
         signature=None,
         matched=False,
         error=error,
-        reasons=[said, *final.reasons],
+        reasons=[*over.reasons, *final.reasons],
         **fields,
     )
 
@@ -179,11 +178,12 @@ def lost_record(job: ItemJob, lost: list[ItemLost]) -> ItemRecord:
     said = "; ".join(f"attempt {i}: node {e.node}: {e.reason}" for i, e in enumerate(lost, 1))
     stamp = utc_now()
     record = unobserved_record(
-        outcome=Outcome.INFRA,
+        observation=classify(
+            job.item.judged_as, None, not_started=f"the item's node was lost before it finished ({said})"
+        ),
         error_type=last.error_type,
         run_id=job.run_id,
         item=job.item.id,
-        reason=f"the item's node was lost before it finished ({said})",
         world_size=job.item.world_size,
         repro_cmd=job.repro_cmd,
         started_at=stamp,

@@ -13,7 +13,6 @@ from harness.execution.metrics import summarise
 from harness.records.item import SCHEMA_VERSION, EnvSummary, ItemId, ItemRecord, RankSummary, error_summary
 from harness.records.rank import RankRecord
 from repros.runtime.context import TRACKED_PACKAGES
-from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation
 
 
@@ -187,18 +186,20 @@ def item_record(
 
 def unobserved_record(
     *,
-    outcome: Outcome,
+    observation: Observation,
     error_type: str,
     run_id: str,
     item: ItemId,
-    reason: str,
     world_size: int,
     repro_cmd: str,
     started_at: str,
     finished_at: str,
     **more: JsonValue,
 ) -> ItemRecord:
-    """An item that could not run at all (no environment, a repro that does not load)."""
+    """An item that could not run at all (no environment, a repro that does not load), as ``classify``
+    said why (``observation``: its outcome and its reason)."""
+    outcome = observation.outcome
+    reason = observation.reasons[0] if observation.reasons else ""
     return ItemRecord.model_validate(
         {
             "schema_version": SCHEMA_VERSION,

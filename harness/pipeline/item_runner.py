@@ -75,7 +75,8 @@ class ItemRunner:
                     return None  # cut short by the stop: not an attempt that finished
                 if self.policy.repeat > 1 and record.outcome != Outcome.UNRESOLVABLE:
                     if len(earlier) + 1 >= self.policy.repeat:
-                        return attempts.repeated(record, earlier, item_dir if item_dir.exists() else None)
+                        kept = item_dir if item_dir.exists() else None
+                        return attempts.repeated(record, earlier, kept, item.judged_as)
                 elif len(earlier) >= self.policy.reruns or not attempts.contradicts_expectation(record):
                     return attempts.with_attempts(record, earlier)
                 kept = attempts.set_aside(item_dir, len(earlier) + 1, record)

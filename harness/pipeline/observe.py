@@ -17,7 +17,7 @@ from harness.config.repros import BrokenRepro
 from harness.core.json import JsonObject
 from harness.environments import Environment, Environments, Resolved
 from harness.environments.integrity import describe
-from harness.execution.classify import Observation, classify, classify_crosscheck, classify_scenario
+from harness.execution.classify import Observation, classify
 from harness.execution.launchers import Launcher, LaunchRequest
 from harness.execution.launchers.result import LaunchResult
 from harness.pipeline.executors.base import ItemJob
@@ -26,7 +26,6 @@ from harness.planning.items import PlannedItem
 from harness.records.item import FIXED_TRAINER, OWN_WORKAROUND, ItemId, ItemRecord
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import utc_now
-from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import Expectation
 from repros.trainer.crosscheck.strategy import parse as parse_strategy
 
@@ -59,11 +58,10 @@ def unresolvable_record(job: ItemJob, reason: str) -> ItemRecord:
     """The item's cell has no environment (``reason``): UNRESOLVABLE, nothing launched."""
     stamp = utc_now()
     return unobserved_record(
-        outcome=Outcome.UNRESOLVABLE,
+        observation=classify(job.item.judged_as, None, no_environment=reason),
         error_type="EnvironmentUnavailable",
         run_id=job.run_id,
         item=job.item.id,
-        reason=reason,
         world_size=job.item.world_size,
         repro_cmd=job.repro_cmd,
         started_at=stamp,
@@ -101,18 +99,19 @@ def _observe(
         # The interpreter or a file the launch needs is gone (another run's cache eviction, a
         # hand-deleted environment): the environment's trouble, never the run's end.
         damage = _retire_if_damaged(environments, launcher, env, "before the item could start")
+        not_started = damage or f"the item could not be started: {type(exc).__name__}: {exc}"
         return unobserved_record(
-            outcome=Outcome.INFRA,
+            observation=classify(item.judged_as, None, not_started=not_started),
             error_type=type(exc).__name__,
             run_id=job.run_id,
             item=item.id,
-            reason=damage or f"the item could not be started: {type(exc).__name__}: {exc}",
             world_size=item.world_size,
             repro_cmd=job.repro_cmd,
             started_at=started,
             finished_at=utc_now(),
             **plan_fields(item),
         )
+    damage = _retire_if_damaged(environments, launcher, env, "while the item ran")
     # Expectations are looked up by what the ranks imported (the listing's other packages beside).
     versions = {**env.packages, **versions_seen(env, launch)[0]}
     device = item_device(launch) or ("cuda" if gpus else "cpu")
@@ -121,16 +120,11 @@ def _observe(
         if item.strategy is not None
         else None
     )
-    if expected_divergence is not None:
-        observation = classify_crosscheck(launch, expected_divergence.naming_first(job.known))
-    elif item.runs_as_written:
-        own = None if item.scenario is not None else repro.spec
-        observation = classify_scenario(own, launch, job.known)
-    else:
-        observation = classify(item.mode, repro.spec, launch)
-    damage = _retire_if_damaged(environments, launcher, env, "while the item ran")
-    if damage is not None:
-        observation = Observation(Outcome.INFRA, error=observation.error, reasons=(damage,))
+    # A grid combination and a crosscheck strategy have no repro of their own to hold an error against; where
+    # two failures' signatures both match a divergence, the one expected there names it.
+    own = None if item.scenario is not None or item.strategy is not None else repro.spec
+    known = expected_divergence.naming_first(job.known) if expected_divergence is not None else job.known
+    observation = classify(item.judged_as, own, launch, known, damage=damage)
     launched: JsonObject = {"model": item.cell.model}
     if item.mode == "fixed" and not item.runs_as_written:
         launched["workaround"] = OWN_WORKAROUND if repro.spec.pass_rule == "clean-exit" else FIXED_TRAINER
@@ -215,11 +209,10 @@ def broken_record(run_id: str, cell: Cell, broken: BrokenRepro) -> ItemRecord:
     """A repro file that cannot be loaded: INFRA in each cell it would have run in."""
     stamp = utc_now()
     return unobserved_record(
-        outcome=Outcome.INFRA,
+        observation=classify("bug", None, not_started=f"{broken.module}: {broken.reason}"),
         error_type="ReproUnloadable",
         run_id=run_id,
         item=ItemId(cell.name, broken.id, "bug"),
-        reason=f"{broken.module}: {broken.reason}",
         world_size=cell.world_size,
         repro_cmd=shlex.join(["python", "-c", f"import runpy; runpy.run_path({broken.module!r})"]),
         started_at=stamp,

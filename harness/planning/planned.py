@@ -41,6 +41,14 @@ class PlannedItem:
         return self.variant is not None or self.scenario is not None
 
     @property
+    def judged_as(self) -> str:
+        """What the classifier holds the item as (``harness/execution/classify.py``): a crosscheck strategy,
+        a scenario as users write it, or a repro in its mode (``bug``, ``fixed``)."""
+        if self.strategy is not None:
+            return "crosscheck"
+        return "scenario" if self.runs_as_written else self.mode
+
+    @property
     def id(self) -> ItemId:
         return ItemId(self.cell.name, self.repro_id, self.mode)
 

@@ -7,7 +7,8 @@ reruns part of a run (``flags``):
 - ``StackChoice``: what chose each selected cell's stack over the matrix's own (``--pin``,
   ``--as-of``, ``--model``, ``--world-size``, ``--family``). Every rerun command carries it, so a
   rerun runs the stack the item ran on;
-- ``ExecutorChoice``: where and how items run (``--executor`` and its options, ``--launcher``, ``--jobs``);
+- ``ExecutorChoice``: where and how items run (``--executor`` and the options the executor declares,
+  ``--launcher``, ``--jobs``);
 - ``AttemptPolicy``: how many times an item runs (``--repeat``, ``--reruns``);
 - ``CacheChoice``: the environment cache and its budget.
 
@@ -32,7 +33,7 @@ from harness.config.matrix import Matrix, declared_repros_dirs, load_matrix
 from harness.config.model import Cell
 from harness.config.repros import Discovery, discover
 from harness.core.errors import UserError
-from harness.core.json import JsonObject
+from harness.core.json import JsonObject, JsonValue
 from harness.core.paths import check_path
 from harness.planning.shards import Shard, parse_shard
 from repros.runtime.families import FAMILIES
@@ -42,7 +43,8 @@ from repros.runtime.spec import MODES
 class _Choice(BaseModel):
     """One concern's options: frozen, stored as its own fields of ``run.json``'s ``options``."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    #: A field nobody declared is refused, never dropped.
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     def stored(self) -> JsonObject:
         """Its fields as ``run.json`` keeps them (JSON values, by their stored names)."""
@@ -56,8 +58,9 @@ class _Choice(BaseModel):
     def restored(cls, stored: Mapping[str, object], where: str | Path = "run.json") -> Self:
         """Its value from ``run.json``'s ``options`` (the other concerns' fields are left to them);
         a ``UserError`` naming the field where one is not what it should be."""
+        own = {key for name, info in cls.model_fields.items() for key in (name, info.alias) if key}
         try:
-            return cls.model_validate(dict(stored))
+            return cls.model_validate({k: v for k, v in stored.items() if k in own})
         except ValidationError as exc:
             error = exc.errors()[0]
             field = ".".join(str(p) for p in ("options", *error["loc"]))
@@ -195,12 +198,10 @@ class ExecutorChoice(_Choice):
 
     #: A registered executor's name (``harness/pipeline/executors``): "local", "ray", "slurm"...
     name: str = Field(default="local", alias="executor")
-    #: ``--executor ray``: an existing cluster's address (None: a local cluster for the run).
-    ray_address: str | None = None
-    #: ``--executor slurm``: the folder submitit keeps its jobs' files in (seen by every node).
-    slurm_folder: Path | None = None
-    #: ``--executor slurm``: submitit parameters (``--slurm-param partition=gpu``), name and value.
-    slurm_parameters: tuple[tuple[str, str], ...] = ()
+    #: The options the executor declares (its class's ``options``: Ray's ``--ray-address``, Slurm's
+    #: ``--slurm-folder`` and ``--slurm-param``...), by destination, as they were given; the executor reads
+    #: and checks its own.
+    executor_options: dict[str, JsonValue] = Field(default_factory=dict)
     #: A registered launcher's name (``harness/execution/launchers``): "worker" or "torchrun".
     launcher: str = "worker"
     #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit (local).

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from harness.records.costs import CostEntry, Pricing, Spread
 from harness.records.item import ItemRecord
+from harness.reports.outcome_table import terminal_style
 from harness.reports.terminal import format_bytes
 from repros.runtime.outcomes import Outcome
 from repros.runtime.spec import AS_DOCUMENTED, FIXED_TRAINER, ReproSpec
@@ -139,8 +140,7 @@ def _price(found: list[CostEntry]) -> list[CostEntry]:
 
 
 def _cost_text(entry: CostEntry) -> Text:
-    style = "green" if entry.outcome == Outcome.PASS else "red"
-    text = Text(entry.outcome + (f" {entry.signature}" if entry.signature else ""), style=style)
+    text = Text(entry.outcome + (f" {entry.signature}" if entry.signature else ""), style=terminal_style(entry.outcome))
     mem, cpu = entry.train_peak_mem_bytes, entry.step_cpu_time_s
     text.append(
         f"\n{format_bytes(int(mem)) if mem is not None else '-'} · "

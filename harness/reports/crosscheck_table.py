@@ -12,16 +12,8 @@ from rich.text import Text
 from harness.core.json import JsonValue
 from harness.core.text import plain
 from harness.records.item import ItemRecord
+from harness.reports.outcome_table import terminal_style
 from repros.runtime.outcomes import Outcome
-
-STYLE = {
-    "AGREES": "green",
-    "DIVERGES": "bold red",
-    "INFRA": "dim",
-    "UNRESOLVABLE": "dim",
-    "HANG": "red",
-    "CRASH": "red",
-}
 
 
 def crosscheck_records(records: Sequence[ItemRecord]) -> list[ItemRecord]:
@@ -152,10 +144,9 @@ def print_crosscheck(console: Console, records: Sequence[ItemRecord]) -> None:
             if record is None:
                 row.append(Text("-", style="dim"))
                 continue
-            style = STYLE.get(str(record.outcome), "")
-            if record.outcome == Outcome.DIVERGES and not record.counts_against:
-                style = "yellow"  # a documented failure, where it is expected
-            row.append(Text(plain(cell_label(record)), style=style))
+            # A divergence a documented failure expects there is shown as that failure's.
+            documented = record.outcome == Outcome.DIVERGES and not record.counts_against
+            row.append(Text(plain(cell_label(record)), style=terminal_style(record.outcome, documented)))
         table.add_row(*row)
     console.print(table)
     agree = sum(r.outcome == Outcome.AGREES for r in mine)

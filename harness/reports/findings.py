@@ -17,22 +17,14 @@ from packaging.utils import canonicalize_name
 
 from harness.records.item import ItemRecord, counts_text
 from harness.records.run_meta import CellMeta
+from harness.reports.outcome_table import shown
 from repros.runtime.outcomes import UNOBSERVED, Outcome
 from repros.runtime.spec import Expectation
 
-#: How a finding reads, by outcome.
-VERBS: dict[str, str] = {
-    Outcome.REPRODUCED: "fails as declared",
-    Outcome.NOT_REPRODUCED: "runs",
-    Outcome.PASS: "runs",
-    Outcome.DIFFERENT_ERROR: "fails differently",
-    Outcome.FAIL: "fails",
-    Outcome.CRASH: "crashes",
-}
-
 
 def verb(outcome: str) -> str:
-    return VERBS.get(outcome, "could not run" if outcome in UNOBSERVED else outcome)
+    """How a finding reads: the outcome's verdict (``fails as declared``, ``runs``, ``could not run``...)."""
+    return shown(outcome).verdict
 
 
 CellsMeta = Mapping[str, CellMeta]

@@ -14,23 +14,12 @@ from rich.text import Text
 from harness.core.text import plain
 from harness.planning.grid import AS_WRITTEN, GUARDED
 from harness.records.item import ItemRecord
+from harness.reports.outcome_table import terminal_style
 from repros.runtime.outcomes import Outcome
 from repros.trainer.grid_axes import AXIS_ORDER
 
-GOOD = ("PASS",)
 #: What a nightly exists to find.
 NEW_FAILURES = (Outcome.NEW_FAILURE, Outcome.SILENT_FAILURE, Outcome.CRASH, Outcome.HANG)
-#: The colour of each outcome, in the terminal and the HTML report.
-STYLE = {
-    "PASS": "green",
-    "REPRODUCED": "yellow",
-    "SILENT_FAILURE": "magenta",
-    "NEW_FAILURE": "bold red",
-    "INFRA": "dim",
-    "UNRESOLVABLE": "dim",
-    "HANG": "red",
-    "CRASH": "red",
-}
 
 
 @dataclass(frozen=True)
@@ -123,7 +112,7 @@ def print_grid(console: Console, records: Sequence[ItemRecord]) -> None:
         row: list[Text | str] = [engine, rest]
         for cell in cells:
             entry = entries.get(cell)
-            row.append(Text(entry.label(), style=STYLE.get(entry.outcome, "")) if entry else Text("-", style="dim"))
+            row.append(Text(entry.label(), style=terminal_style(entry.outcome)) if entry else Text("-", style="dim"))
         table.add_row(*row)
     console.print(table)
     changed = changes_between_cells(records)

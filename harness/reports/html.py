@@ -45,6 +45,8 @@ from harness.reports.grid_tables import new_failures as grid_new_failures
 from harness.reports.grid_tables import table_data as grid_table
 from harness.reports.guard_costs import guard_costs
 from harness.reports.history import PastRun, history_items, load_history
+from harness.reports.outcome_table import TABLE as OUTCOME_TABLE
+from harness.reports.outcome_table import css as outcome_css
 from harness.reports.pages import ms, page_environment, static_text
 from harness.reports.plots import costs_plot, divergence_plot, fixed_trainer_plot, guard_cost_plot, history_plot
 from harness.reports.terminal import figures_text, format_bytes
@@ -559,7 +561,9 @@ def report_parts(
         measured=measured,
         counts_text=counts_text,
         figures_text=figures_text,
-        css=Markup(static_text("report.css")),
+        # The outcomes' colours are the outcome table's (``outcome_table.py``), not written in the style sheet.
+        css=Markup(static_text("report.css") + outcome_css()),
+        legend=OUTCOME_TABLE,
         script=Markup(script),
         csp=_csp(script),
         version=__version__,

@@ -2,7 +2,7 @@
 
 classname is the cell, name is ``repro/mode``; an item fails when its observation
 did not match its expectation (a ``watch`` run adds a second suite, one testcase per change, failed
-where it regressed), the failure carrying the outcome, the signature or
+where it regressed), the failure carrying the outcome (what it means, from the outcome table, first), the signature or
 error type, and the message; excluded items are skipped with their reason. An item run again
 (``--reruns``) carries its earlier attempts as surefire's ``flakyFailure`` (it matched on a rerun)
 or ``rerunFailure`` (it never did) elements, which Jenkins and GitLab show as flaky.
@@ -23,7 +23,10 @@ from harness.records.item import Attempt, ItemRecord, counts_text
 from harness.records.run_meta import ExcludedItem
 from harness.reports.changes_summary import culprit_text, moved_text
 from harness.reports.finished import FinishedRun
+from harness.reports.outcome_table import shown
 from repros.runtime.outcomes import Outcome
+
+OUTCOMES = frozenset(Outcome)
 
 JUNIT_FILE = "junit.xml"
 
@@ -31,6 +34,11 @@ JUNIT_FILE = "junit.xml"
 def _text(value: object) -> str:
     """Run text as XML can hold it: control characters (an ANSI escape, a NUL) shown as escapes."""
     return plain(str(value))
+
+
+def _named(outcome: str | None) -> str | None:
+    """An outcome as the outcome table names it."""
+    return shown(outcome).name if outcome in OUTCOMES else outcome
 
 
 def _interim_attempts(record: ItemRecord) -> list[Attempt]:
@@ -50,7 +58,7 @@ def _case(record: ItemRecord) -> TestCase:
     for attempt in _interim_attempts(record):
         kind = FlakyFailure if record.matched else RerunFailure
         interim = kind(
-            _text(f"observed {attempt.outcome}, expected {record.expected}"),
+            _text(f"observed {_named(attempt.outcome)}, expected {_named(record.expected)}"),
             _text(attempt.signature or attempt.error_type),
         )
         interim.text = _text(f"{attempt.error_type}: {attempt.message}\nkept in {attempt.item_dir}")
@@ -58,12 +66,15 @@ def _case(record: ItemRecord) -> TestCase:
     if not record.counts_against:
         return case  # matched, or an explored item's finding
     error = record.error
-    expected = record.expected or "no expectation for these versions"
+    expected = _named(record.expected) or "no expectation for these versions"
+    observed = shown(record.outcome)
     failure = Failure(
-        _text(f"observed {record.outcome}, expected {expected}"),
+        _text(f"observed {observed.name}, expected {expected}"),
         _text(record.signature or (error.type if error else None)),
     )
-    details = [f"{error.type}: {error.message}"] if error else []
+    # What the outcome means first (the outcome table's legend), then what the item said.
+    details = [f"{observed.name}: {observed.legend}"]
+    details += [f"{error.type}: {error.message}"] if error else []
     details += list(record.reasons)
     details.append(f"rerun: {record.repro_cmd}")
     if error and error.traceback:

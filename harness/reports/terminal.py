@@ -12,10 +12,9 @@ from harness.core.text import plain
 from harness.records.item import ItemRecord, StepTime, counts_text
 from harness.records.run_meta import ExcludedItem
 from harness.reports.figures import headline_measures, memory
+from harness.reports.outcome_table import terminal_style
 from repros.runtime.measures import Quantity
 from repros.runtime.outcomes import Outcome
-
-_GOOD = {"PASS", "NOT_REPRODUCED", "REPRODUCED"}
 
 
 def format_bytes(n: int | None) -> str:
@@ -49,8 +48,10 @@ def figures_text(rec: ItemRecord) -> str:
 def entry_text(rec: ItemRecord) -> Text:
     matched = rec.matched
     finding = rec.is_finding and not matched
-    style = "green" if matched else "cyan" if finding else "bold red"
-    text = Text(rec.outcome, style=style)
+    # The outcome in its colour (the outcome table's), in bold where it contradicts its expectation;
+    # the mark after it says whether it matched.
+    style = terminal_style(rec.outcome)
+    text = Text(rec.outcome, style=style if matched or finding else f"{style} bold".strip())
     if matched:
         text.append(" ✓", style="green")
         if rec.flaky and rec.attempts:

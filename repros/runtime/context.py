@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from repros.runtime.measures import METERS, Meter
+from repros.runtime.record import ImportedPackage
 from repros.runtime.spec import TRACKED_PACKAGES
 
 
@@ -37,7 +38,7 @@ def _distribution_version(name: str, location: str) -> str | None:
     return None
 
 
-def imported_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, dict[str, Any]]:
+def imported_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, ImportedPackage]:
     """What this process imported of each package, or would import (``sys.path`` as it is): its
     version (from the distribution metadata beside the module, else its ``__version__``), where it
     lies, and whether it was imported. A package nothing can import has ``version`` None.
@@ -45,7 +46,7 @@ def imported_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str,
     This is what a rank's record says its versions are: a passthrough cell's listing reads the
     interpreter's site-packages, while its ranks keep the caller's ``PYTHONPATH``, which may put
     another release first."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, ImportedPackage] = {}
     for name in packages:
         module = sys.modules.get(name)
         location: str | None
@@ -58,13 +59,13 @@ def imported_versions(packages: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str,
                 spec = None
             location = spec.origin if spec is not None and spec.origin not in (None, "namespace") else None
         if location is None:
-            found[name] = {"version": None, "path": None, "imported": module is not None}
+            found[name] = ImportedPackage(imported=module is not None)
             continue
         version = _distribution_version(name, location)
         if version is None and module is not None:
             attribute = getattr(module, "__version__", None)
             version = str(attribute) if attribute is not None else None
-        found[name] = {"version": version, "path": str(Path(location).parent), "imported": module is not None}
+        found[name] = ImportedPackage(version=version, path=str(Path(location).parent), imported=module is not None)
     return found
 
 

@@ -5,7 +5,8 @@
 
 It imports only the standard library, the cell's packages and the repros package.
 It sends its own stdout/stderr to ``DIR/rank<R>.log`` (through the orchestrator's pipe for it,
-which keeps the log's head and tail, capped), writes ``DIR/rank<R>.json`` when it starts, as it
+which keeps the log's head and tail, capped), writes ``DIR/rank<R>.json`` (a ``RankRecord``,
+``repros/runtime/record.py``: the one declaration both sides read) when it starts, as it
 enters each phase (``import``, ``setup``, ``run``, ``teardown``) and when it ends, and on an
 exception leaves at once with a non-zero status so that torchrun stops the other ranks.
 """
@@ -13,6 +14,7 @@ exception leaves at once with a non-zero status so that torchrun stops the other
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import faulthandler
 import json
@@ -33,7 +35,20 @@ from repros.runtime.families import DEFAULT_FAMILY, use_family
 from repros.runtime.lifeline import die_with_parent
 from repros.runtime.loading import load_repro
 from repros.runtime.model_size import use_size
-from repros.runtime.record import ScenarioUnavailable, open_log, ran_as, rank_log_path, write_rank_record
+from repros.runtime.record import (
+    ERROR,
+    OK,
+    RUNNING,
+    UNAVAILABLE,
+    Measured,
+    RankError,
+    RankRecord,
+    ScenarioUnavailable,
+    open_log,
+    ran_as,
+    rank_log_path,
+    write_rank_record,
+)
 from repros.runtime.stack_failure import stack_failure
 
 #: How long a collective may block before the process group gives up on its own.
@@ -42,14 +57,14 @@ from repros.runtime.stack_failure import stack_failure
 PROCESS_GROUP_TIMEOUT_S = 900
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
 def cpu_seconds() -> float:
     """The CPU seconds this process (since it started, or was forked) and its waited-for children used."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return round(own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime, 3)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _qualified_name(exc: BaseException) -> str:
@@ -75,11 +90,11 @@ def _redirect_output(log_path: Path) -> Any:
     return log
 
 
-def _verdicts(spec: Any, error: dict[str, Any], facts: Any) -> dict[str, bool]:
+def _verdicts(spec: Any, error: RankError, facts: Any) -> dict[str, bool]:
     verdicts = {}
     for signature in spec.signatures:
         try:
-            verdicts[signature.id] = bool(signature.matches(error["type"], error["message"], facts))
+            verdicts[signature.id] = bool(signature.matches(error.type, error.message, facts))
         except Exception:  # noqa: BLE001 - a check that fails does not match
             verdicts[signature.id] = False
     return verdicts
@@ -133,22 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     _redirect_output(rank_log_path(item_dir, rank))
 
     started = time.perf_counter()
-    record: dict[str, Any] = {
-        "rank": rank,
-        "local_rank": local_rank,
-        "world_size": world_size,
-        "pid": os.getpid(),
-        "mode": args.mode,
-        "status": "running",
-        "phase": "import",
-        "started_at": _now(),
-        "versions": installed_versions(),
-        "python_version": platform.python_version(),
+    record = RankRecord(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        pid=os.getpid(),
+        mode=args.mode,
+        status=RUNNING,
+        phase="import",
+        started_at=_now(),
+        versions=installed_versions(),
+        python_version=platform.python_version(),
         # The rendezvous: DeepSpeed names its /dev/shm segments after it, and the
         # orchestrator removes them after the item by these names.
-        "master_addr": os.environ.get("MASTER_ADDR"),
-        "master_port": os.environ.get("MASTER_PORT"),
-    }
+        master_addr=os.environ.get("MASTER_ADDR"),
+        master_port=os.environ.get("MASTER_PORT"),
+    )
     write_rank_record(item_dir, rank, record)
 
     exit_code = 0
@@ -160,23 +175,26 @@ def main(argv: list[str] | None = None) -> int:
         repro = load_repro(args.module, params)
         spec = repro.spec
         # Each phase is on disk as it is entered: a rank that hangs is named in the phase it hung in.
-        record["phase"] = "setup"
+        record = record.evolve(phase="setup")
         write_rank_record(item_dir, rank, record)
         if repro.owns_process_group:
             device, backend = _device_only(local_rank)
         else:
             device, backend = _setup_device(local_rank, world_size)
-        record.update(device=device.type, backend=backend)
+        record = record.evolve(device=device.type, backend=backend)
         if device.type == "cuda":
             import torch
 
-            record["device_name"] = torch.cuda.get_device_name(device)
-            record["cuda_version"] = torch.version.cuda
             try:
                 nccl = torch.cuda.nccl.version()  # a tuple in recent torch, an int in old releases
-                record["nccl_version"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+                nccl_version: str | None = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
             except (AttributeError, RuntimeError):
-                record["nccl_version"] = None
+                nccl_version = None
+            record = record.evolve(
+                device_name=torch.cuda.get_device_name(device),
+                cuda_version=torch.version.cuda,
+                nccl_version=nccl_version,
+            )
         write_rank_record(item_dir, rank, record)
         size = use_size(str(params.get("model") or "tiny"))
         family = use_family(str(params.get("family") or DEFAULT_FAMILY))
@@ -192,49 +210,53 @@ def main(argv: list[str] | None = None) -> int:
             meters=Meters.for_device(device),
             params=params,
         )
-        record["model"] = size.name
-        record["family"] = family.name
-        record["phase"] = "run"
+        record = record.evolve(model=size.name, family=family.name, phase="run")
         write_rank_record(item_dir, rank, record)
         repro.run(ctx)
-        record["status"] = "ok"
+        record = record.evolve(status=OK)
     except ScenarioUnavailable as exc:
-        record["status"] = "unavailable"
-        record["unavailable_reason"] = str(exc)
+        record = record.evolve(status=UNAVAILABLE, unavailable_reason=str(exc))
         exit_code = 3
     except BaseException as exc:  # noqa: BLE001 - every failure is data here
-        record["status"] = "error"
-        record["error"] = {
-            "type": _qualified_name(exc),
+        error = RankError(
+            type=_qualified_name(exc),
             # What it is a kind of, each base as a traceback would name it: a declaration that names
             # a base class is told so.
-            "bases": [_qualified_name_of(base) for base in type(exc).__mro__[1:] if base is not object],
-            "message": str(exc),
-            "traceback": traceback.format_exc(),
+            bases=[_qualified_name_of(base) for base in type(exc).__mro__[1:] if base is not object],
+            message=str(exc),
+            traceback=traceback.format_exc(),
             # A package that does not import, or one the cell lacks: the stack's failure, not the
             # scenario's (INFRA unless a documented signature names it).
-            "stack_failure": stack_failure(exc),
-        }
+            stack_failure=stack_failure(exc),
+        )
         if spec is not None:
             # Signatures with checks of the repro's own are judged here, where their code is; the
             # orchestrator of a user's repro never runs that code and reads these verdicts.
             facts = ctx.facts.get("scenario_facts") if ctx is not None else None
-            record["error"]["signature_verdicts"] = _verdicts(spec, record["error"], facts)
+            error = dataclasses.replace(error, signature_verdicts=_verdicts(spec, error, facts))
+        record = record.evolve(status=ERROR, error=error)
         exit_code = 1
         traceback.print_exc()
     finally:
         if ctx is not None:
             # The repro's facts stay under their own key: a fact never overwrites the record's fields.
-            record.update(measures=ctx.meters.results(), warmup_steps=ctx.warmup_steps, facts=ctx.facts)
-            record["training_began_at"] = ctx.meters.training_began_at
-            record["training_ended_at"] = ctx.meters.training_ended_at
-        # What this rank imported (or would import, by its own sys.path): the record's versions.
-        record["versions_imported"] = imported_versions()
-        record.update(recorded())  # what became of DeepSpeed's shm comm op, where its comm backend asked
-        record["wall_s"] = time.perf_counter() - started
-        record["cpu_s"] = cpu_seconds()  # the work it did (and its children), whatever shared its cores
-        record["finished_at"] = _now()
-        record["ran_as"] = ran_as()  # who its code was told it is, which its own settings may change
+            record = record.evolve(
+                measures={name: Measured.of(result) for name, result in ctx.meters.results().items()},
+                warmup_steps=ctx.warmup_steps,
+                facts=ctx.facts,
+                training_began_at=ctx.meters.training_began_at,
+                training_ended_at=ctx.meters.training_ended_at,
+            )
+        record = record.evolve(
+            # What this rank imported (or would import, by its own sys.path): the record's versions.
+            versions_imported=imported_versions(),
+            wall_s=time.perf_counter() - started,
+            cpu_s=cpu_seconds(),  # the work it did (and its children), whatever shared its cores
+            # What became of DeepSpeed's shm comm op, where its comm backend asked.
+            deepspeed_shm_comm=recorded().get("deepspeed_shm_comm"),
+            finished_at=_now(),
+            ran_as=ran_as(),  # who its code was told it is, which its own settings may change
+        )
         write_rank_record(item_dir, rank, record)
 
     sys.stdout.flush()
@@ -247,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if dist.is_initialized():
         # Its work is recorded; a hang from here on is the process group's teardown.
-        record["phase"] = "teardown"
+        record = record.evolve(phase="teardown")
         try:
             write_rank_record(item_dir, rank, record)
         except OSError:

@@ -49,7 +49,8 @@ def train_ulysses(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> 
 
     effective = apply_guards(scenario, guards)
     size = current_size()
-    effective = replace(effective, seq_len=effective.seq_len or size.seq_len)
+    seq_len: int = effective.seq_len or size.seq_len
+    effective = replace(effective, seq_len=seq_len)
     ctx.facts["guards"] = [{"id": g.id, "reason": g.reason} for g in guards]
     sequence_parallel = ctx.world_size
     ctx.facts["sequence_parallel"] = sequence_parallel
@@ -89,7 +90,7 @@ def train_ulysses(scenario: Scenario, ctx: RankContext, guards: list[Guard]) -> 
     # 0-dimensional sequence length into 1-element buffers, which gloo refuses ("invalid tensor size"; NCCL only
     # counts elements), and with every rank holding the same sequence there is nothing to gather.
     tokens = fixed_batch(0, 1, effective.seq_len).to(ctx.device)
-    chunk = effective.seq_len // sequence_parallel
+    chunk = seq_len // sequence_parallel
     mine = slice(ctx.rank * chunk, (ctx.rank + 1) * chunk)
     shifted = torch.nn.functional.pad(tokens, (0, 1), value=-100)[:, 1:]
     batch = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config.expectations import crosscheck_expectation
-from harness.execution.classify import DIVERGENCE_EXCEPTION, classify_crosscheck
+from harness.execution.classify import DIVERGENCE_EXCEPTION, classify
 from harness.records.rank import RankRecord
 from repros.catalog.f1_zero3_frozen_ckpt import SPEC as F1
 from repros.runtime.outcomes import Outcome
@@ -44,11 +44,11 @@ def diverged(rank: int, facts: dict[str, Any] | None = None) -> RankRecord:
 def test_ranks_that_ended_with_no_difference_agree() -> None:
     launch = failed_launch({0: agreed(0), 1: agreed(1)})
     launch = type(launch)(**{**launch.__dict__, "returncode": 0})
-    assert classify_crosscheck(launch, []).outcome == Outcome.AGREES
+    assert classify("crosscheck", None, launch, []).outcome == Outcome.AGREES
 
 
 def test_a_difference_rank_0_found_diverges_with_where_it_was() -> None:
-    observation = classify_crosscheck(failed_launch({0: diverged(0), 1: agreed(1)}), [])
+    observation = classify("crosscheck", None, failed_launch({0: diverged(0), 1: agreed(1)}), [])
     assert observation.outcome == Outcome.DIVERGES
     assert observation.divergence == DIVERGENCE
     assert observation.signature is None  # nobody documented it: a finding
@@ -62,7 +62,7 @@ def test_a_raised_error_diverges_named_by_the_documented_signature() -> None:
         "'dtype': torch.bfloat16, 'device': device(type='cpu')}\n"
     )
     raised = error_record(0, "torch.utils.checkpoint.CheckpointError", text)
-    observation = classify_crosscheck(failed_launch({0: raised, 1: rank_record(1, "running")}), [F1])
+    observation = classify("crosscheck", None, failed_launch({0: raised, 1: rank_record(1, "running")}), [F1])
     assert observation.outcome == Outcome.DIVERGES
     assert observation.signature == "F1.recompute-shape-0"
     assert observation.divergence is not None and observation.divergence["quantity"] == "error"
@@ -80,11 +80,11 @@ def test_the_stack_failing_or_a_strategy_the_cell_cannot_run_is_infra_never_a_di
             "stack_failure": "deepspeed does not import in this cell",
         },
     )
-    assert classify_crosscheck(failed_launch({0: stack, 1: agreed(1)}), []).outcome == Outcome.INFRA
+    assert classify("crosscheck", None, failed_launch({0: stack, 1: agreed(1)}), []).outcome == Outcome.INFRA
     unavailable = rank_record(
         0, "unavailable", phase="run", unavailable_reason="FSDP1 of torch 2.0 cannot run on a CPU"
     )
-    observation = classify_crosscheck(failed_launch({0: unavailable, 1: agreed(1)}), [])
+    observation = classify("crosscheck", None, failed_launch({0: unavailable, 1: agreed(1)}), [])
     assert observation.outcome == Outcome.INFRA and "cannot run on a CPU" in observation.reasons[0]
 
 
@@ -129,8 +129,8 @@ def test_where_two_failures_signatures_match_the_one_expected_there_names_the_di
     raised = rank_record(0, "error", phase="run", error={"type": DIVERGENCE_EXCEPTION, "message": message})
     launch = failed_launch({0: raised, 1: agreed(1)})
     known = [F1, F35, F37]
-    assert classify_crosscheck(launch, known).signature == "F35.last-micro-batch-only"  # catalog order alone
+    assert classify("crosscheck", None, launch, known).signature == "F35.last-micro-batch-only"  # catalog order alone
     expected = crosscheck_expectation("zero2-fp32-ckpt-nr-accum-engine", known, {"deepspeed": "0.19.2"})
     assert expected.spec is F37
-    observation = classify_crosscheck(launch, expected.naming_first(known))
+    observation = classify("crosscheck", None, launch, expected.naming_first(known))
     assert observation.signature == "F37.gas-scaled-per-output" and expected.names(observation.signature)

@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from harness.cli.options import _past_as_of
 from harness.core.as_of import as_of_day, as_of_value
+from harness.core.option import past_as_of
 from harness.environments.locks import cutoff
 
 
@@ -21,7 +21,7 @@ def test_a_day_cuts_off_at_its_first_second_and_a_time_at_itself() -> None:
 
 
 def test_the_option_refuses_a_time_without_a_zone_a_future_day_and_nonsense() -> None:
-    parse = _past_as_of("--as-of")
+    parse = past_as_of("--as-of")
     assert parse("2026-11-26T21:04:05+00:00") == "2026-11-26T21:04:05Z"
     for bad in ("2026-11-26T21:04:05", "yesterday", "2026-13-01"):
         with pytest.raises(argparse.ArgumentTypeError, match="YYYY-MM-DD"):

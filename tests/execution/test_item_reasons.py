@@ -17,8 +17,9 @@ import pytest
 from harness.execution.classify import classify
 from harness.execution.launchers import LaunchRequest
 from harness.execution.launchers.cell_worker import CellWorker
-from harness.records.rank import RankRecord
+from harness.records.rank import RankRecord, parse_rank_record
 from repros.runtime.outcomes import Outcome
+from repros.runtime.record import write_rank_record
 from repros.runtime.spec import ReproSpec
 from tests.support.fake_stack import this_interpreter
 from tests.support.paths import REPO_ROOT
@@ -117,7 +118,7 @@ def test_an_item_whose_directory_is_removed_while_it_runs_is_infra_saying_so(
 
 
 def _error_record(message: str) -> RankRecord:
-    return RankRecord.model_validate(
+    return parse_rank_record(
         {"rank": 0, "status": "error", "phase": "run", "error": {"type": "OSError", "message": message}}
     )
 
@@ -135,7 +136,7 @@ def test_a_rank_that_the_disk_refused_is_infra_naming_the_disk_not_a_different_e
     item = run / "items" / "c" / "item"
     item.mkdir(parents=True)
     message = message.format(run=run)
-    (item / "rank0.json").write_text(_error_record(message).model_dump_json())
+    write_rank_record(item, 0, _error_record(message))
     (run / "big.log").write_bytes(b"x" * 5000)
     result = collect_item(["x"], item, 1, 1, False, 1.0, [], rank_exitcodes={0: 1}, scan_root=run)
     observation = classify("bug", SPEC, result)

@@ -18,10 +18,10 @@ from harness.analysis.explain.logs import LoggedError
 from harness.analysis.explain.match import NEAR, match_signature
 from harness.config.repros import discover
 from harness.execution.launchers.diagnose import machine_reason, mount_of
-from harness.records.rank import RankRecord
+from harness.records.rank import parse_rank_record
 from harness.records.run_dir import RunDir
 from repros.runtime import patterns
-from repros.runtime.record import ran_as
+from repros.runtime.record import RanAs, ran_as
 from tests.support import throwaway_run
 
 RUNAWAY = r"(?:(a|aa)+)+b\1"
@@ -40,11 +40,11 @@ def test_the_rank_records_who_its_code_was_told_it_is(monkeypatch: pytest.Monkey
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert ran_as() == {"rank": 1, "local_rank": 1, "world_size": 2, "source": "environment"}
+    assert ran_as() == RanAs(rank=1, local_rank=1, world_size=2, source="environment")
     # A script's own `env:` (applied over torchrun's variables before it runs) is what it saw.
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
-    assert ran_as()["world_size"] == 1 and ran_as()["rank"] == 0
+    assert ran_as().world_size == 1 and ran_as().rank == 0
 
 
 def test_ranks_told_another_world_are_recorded_as_they_ran_with_the_launch_beside(tmp_path: Path) -> None:
@@ -71,13 +71,13 @@ def test_a_full_disk_is_named_where_the_write_was_refused(tmp_path: Path) -> Non
     scratch = Path("/dev/shm") / f"ft-regress-test-{os.getpid()}" / "ckpt.bin"
     assert mount_of(scratch)[0] != mount_of(item_dir)[0], "the test needs /dev/shm on a filesystem of its own"
     error = {"type": "OSError", "message": f"[Errno 28] No space left on device: '{scratch}'"}
-    records = {0: RankRecord.model_validate({"rank": 0, "status": "error", "error": error})}
+    records = {0: parse_rank_record({"rank": 0, "status": "error", "error": error})}
     reason = machine_reason(item_dir, None, [], records, tmp_path / "run")
     assert f"the filesystem at {mount_of(scratch)[0]} (tmpfs, holding {scratch})" in reason
     assert str(item_dir) not in reason.split(";")[0]
     # An error that names no file: which disk is not known, and the item's own is not blamed.
     unnamed = {"type": "OSError", "message": "[Errno 28] No space left on device"}
-    records = {0: RankRecord.model_validate({"rank": 0, "status": "error", "error": unnamed})}
+    records = {0: parse_rank_record({"rank": 0, "status": "error", "error": unnamed})}
     reason = machine_reason(item_dir, None, [], records, tmp_path / "run")
     assert reason.startswith("a disk a rank wrote to is full (its error names no file, so which one is not known)")
     assert f"the item's own, at {mount_of(item_dir)[0]}, has" in reason

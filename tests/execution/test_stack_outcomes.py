@@ -4,7 +4,7 @@ NEW_FAILURE. A documented signature that names that very error still wins."""
 
 from __future__ import annotations
 
-from harness.execution.classify import classify, classify_scenario
+from harness.execution.classify import classify
 from harness.records.rank import RankRecord
 from repros.catalog.f1_zero3_frozen_ckpt import SPEC as F1
 from repros.runtime.outcomes import Outcome
@@ -25,7 +25,7 @@ def test_a_package_that_does_not_import_is_infra_in_both_modes() -> None:
         seen = classify(mode, F1, launch)
         assert seen.outcome == Outcome.INFRA
         assert seen.reasons == (f"rank 0: {DISTUTILS}",)
-    assert classify_scenario(F1, launch, []).outcome == Outcome.INFRA
+    assert classify("scenario", F1, launch, []).outcome == Outcome.INFRA
 
 
 def test_the_same_error_without_the_ranks_word_is_still_the_scenarios() -> None:

@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from pydantic import ValidationError
 
 from harness.cli import options
+from harness.core.errors import UserError
+from harness.core.option import Option
 from harness.environments import Resolved
+from harness.execution.classify import Observation
 from harness.pipeline.dispatch import Dispatch
-from harness.pipeline.executors import Attempted, ItemJob, ItemLost
+from harness.pipeline.executors import EXECUTORS, Attempted, ItemJob, ItemLost, check_choice
 from harness.pipeline.executors.base import no_placement
 from harness.pipeline.executors.node import NodeResult, _pack, unpack_item
 from harness.pipeline.item_records import unobserved_record
@@ -33,6 +37,7 @@ from harness.records.results import read_results
 from harness.records.run_dir import RunDir
 from harness.records.run_meta import CellMeta
 from repros.runtime.outcomes import Outcome
+from repros.runtime.registry import RegistryClash
 from tests.support import fake_stack
 from tests.support.paths import REPO_ROOT
 
@@ -63,11 +68,10 @@ class StandIn:
         if self.losses.get(label, 0) >= self.calls[label]:
             raise ItemLost(f"node-{self.calls[label]}", "NodeDiedError: the raylet died", retry=self.retry)
         record = unobserved_record(
-            outcome=Outcome.PASS,
+            observation=Observation(Outcome.PASS, reasons=("ran",)),
             error_type="",
             run_id=job.run_id,
             item=job.item.id,
-            reason="ran",
             world_size=job.item.world_size,
             repro_cmd=job.repro_cmd,
             started_at="t",
@@ -194,6 +198,37 @@ def test_an_option_of_another_executor_is_refused_with_exit_2(tmp_path: Path, gi
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
+class _Labelled:
+    """An executor that declares one option (and is never made)."""
+
+    needs = None
+    options: tuple[Option, ...] = (Option("label", ("--label",), "a label"),)
+
+
+def test_an_executors_option_that_takes_another_ones_or_a_built_in_flag_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(EXECUTORS, "labelled", _Labelled)
+    assert options.executor_options()["label"].pytest_flags == ("--repro-label",)
+    # A second executor declaring the same flag: refused naming both, never one shadowing the other.
+    monkeypatch.setitem(EXECUTORS, "relabelled", _Labelled)
+    with pytest.raises(RegistryClash, match="'label' .*labelled; relabelled"):
+        options.executor_options()
+    monkeypatch.delitem(EXECUTORS, "relabelled")
+    # One taking a flag of the harness's own (--jobs): refused, never a second --jobs.
+    jobs = type("Jobs", (_Labelled,), {"options": (Option("threads", ("--jobs",), "threads"),)})
+    monkeypatch.setitem(EXECUTORS, "jobs", jobs)
+    with pytest.raises(RegistryClash, match="'--jobs' .*built into ft-regress"):
+        options.executor_options()
+
+
+def test_an_executor_option_nobody_declares_is_refused_never_dropped() -> None:
+    with pytest.raises(UserError, match="no option of any installed executor"):
+        check_choice(ExecutorChoice(executor="local", executor_options={"colour": "red"}))
+    with pytest.raises(ValidationError, match="ray_adress"):
+        ExecutorChoice.model_validate({"executor": "ray", "ray_adress": "127.0.0.1:6379"})
+
+
 def test_a_lane_as_submitit_jobs_gives_the_records_of_a_local_run(tmp_path: Path) -> None:
     env = fake_stack.run_env(fake_stack.install(tmp_path))
     fake_stack.write_repro(tmp_path / "repros", "R1", "raise", "REPRODUCED")
@@ -220,7 +255,8 @@ def test_a_lane_as_submitit_jobs_gives_the_records_of_a_local_run(tmp_path: Path
     local_note = "--executor slurm with cluster=local: submitit runs every item on this machine, not through Slurm"
     assert f"note: {local_note}" in jobs.stdout and meta["concurrency"]["note"] == local_note
     assert set(meta["cells"]) == {"a", "b"}
-    assert meta["options"]["executor"] == "slurm" and meta["options"]["slurm_parameters"] == [["cluster", "local"]]
+    assert meta["options"]["executor"] == "slurm"
+    assert meta["options"]["executor_options"] == {"slurm_param": ["cluster=local"]}
 
 
 def test_slurm_where_there_is_none_is_refused_never_run_here_in_silence(

@@ -8,6 +8,7 @@ any other text; the values are any JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from harness.execution.classify import classify
 from harness.execution.launchers.result import LaunchResult
 from harness.pipeline.item_records import item_record
 from harness.records.item import ItemId, ItemRecord
-from harness.records.rank import RankRecord
+from harness.records.rank import RankRecord, parse_rank_record
 from harness.records.run_dir import RunDir
 from repros.runtime.measures import measures
 from repros.runtime.outcomes import Outcome
@@ -32,7 +33,7 @@ READ_BY_NAME = ("train", "guards", "scenario_facts")
 #: Every name a fact could collide with.
 FIELD_NAMES = sorted(
     {
-        *RankRecord.model_fields,
+        *(f.name for f in dataclasses.fields(RankRecord)),
         *ItemRecord.model_fields,
         *(f for m in measures() for f in (m.field, m.kind_field, f"{m.field}_per_rank") if f),
         *READ_BY_NAME,
@@ -79,7 +80,7 @@ ENV = Environment(
 
 def _as_read_back(record: dict[str, Any]) -> RankRecord:
     """What the orchestrator reads of a rank record written as ``rank_main`` writes it."""
-    return RankRecord.model_validate(json.loads(json.dumps({"record_version": 1, **record}, default=str)))
+    return parse_rank_record(json.loads(json.dumps({"record_version": 1, **record}, default=str)))
 
 
 def _rank(rank: int, raised: bool, facts: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from packaging.version import Version
 from harness.analysis.explain.logs import logged_errors
 from harness.analysis.explain.match import DOCUMENTED, explain
 from harness.config.repros import discover
-from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify, classify_scenario
+from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify
 from harness.execution.launchers.result import LaunchResult
 from repros.catalog.f11_trainer_scheduler_param_groups import SPEC as F11
 from repros.catalog.f11_trainer_scheduler_param_groups import TRANSFORMERS_SCHEDULER_AFTER_PREPARE
@@ -121,7 +121,7 @@ def test_the_deepspeed_config_leaves_out_what_the_scenario_says() -> None:
 
 
 def test_a_grid_combination_meeting_f11_is_named_by_it() -> None:
-    obs = classify_scenario(None, failing_launch("ValueError", F11_TEXT), KNOWN)
+    obs = classify("scenario", None, failing_launch("ValueError", F11_TEXT), KNOWN)
     assert (obs.outcome, obs.signature) == (Outcome.REPRODUCED, "F11.strict-zip-param-groups")
 
 
@@ -177,5 +177,5 @@ def test_f20_guard_writes_every_shared_value_as_auto() -> None:
 
 
 def test_a_grid_combination_meeting_f20_is_named_by_it() -> None:
-    obs = classify_scenario(None, failing_launch(DISAGREES, F20_SILENT), KNOWN)
+    obs = classify("scenario", None, failing_launch(DISAGREES, F20_SILENT), KNOWN)
     assert (obs.outcome, obs.signature) == (Outcome.REPRODUCED, "F20.silent-disagreement")

@@ -205,8 +205,8 @@ def test_a_grid_combination_that_fails_so_is_named_by_the_new_signature(
     etype: str, message: str, facts: dict[str, Any], signature: str
 ) -> None:
     from harness.config.repros import discover
-    from harness.execution.classify import classify_scenario
+    from harness.execution.classify import classify
 
     known = [r.spec for r in discover().repros.values()]
-    observed = classify_scenario(None, failing_launch(etype, message, facts), known)
+    observed = classify("scenario", None, failing_launch(etype, message, facts), known)
     assert (observed.outcome, observed.signature) == (REPRODUCED, signature)

@@ -20,7 +20,7 @@ from harness.analysis.explain.logs import logged_errors
 from harness.analysis.explain.match import DOCUMENTED, explain
 from harness.config.expectations import expectation_for
 from harness.config.repros import discover
-from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify, classify_scenario
+from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify
 from harness.execution.launchers.result import LaunchResult
 from repros.catalog.f15_fsdp_ram_efficient_loading_nan import SCENARIO, raise_if_loss_not_finite
 from repros.catalog.f15_fsdp_ram_efficient_loading_nan import SPEC as F15
@@ -134,7 +134,7 @@ def test_f15_expectations_follow_the_bisected_boundaries() -> None:
 
 def test_a_grid_combination_meeting_f15_is_named_by_it() -> None:
     message = recorded(TEXTS[0])
-    obs = classify_scenario(None, failing_launch(NOT_FINITE, message), KNOWN)
+    obs = classify("scenario", None, failing_launch(NOT_FINITE, message), KNOWN)
     assert (obs.outcome, obs.signature) == (Outcome.REPRODUCED, "F15.loss-nan")
 
 

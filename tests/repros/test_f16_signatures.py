@@ -20,7 +20,7 @@ from harness.analysis.explain.logs import logged_errors
 from harness.analysis.explain.match import DOCUMENTED, explain
 from harness.config.expectations import expectation_for
 from harness.config.repros import discover
-from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify, classify_scenario
+from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify
 from harness.execution.launchers.result import LaunchResult
 from repros.catalog.f16_fsdp2_adapter_only_rank0_shard import ACCELERATE_FSDP2_ADAPTER_FULL_SAVE, SCENARIO
 from repros.catalog.f16_fsdp2_adapter_only_rank0_shard import SPEC as F16
@@ -119,5 +119,5 @@ def test_f16_expectations_follow_the_bisected_boundary() -> None:
 
 
 def test_a_grid_combination_meeting_f16_is_named_by_it() -> None:
-    obs = classify_scenario(None, failing_launch(INCOMPLETE, F16_TEXT), KNOWN)
+    obs = classify("scenario", None, failing_launch(INCOMPLETE, F16_TEXT), KNOWN)
     assert (obs.outcome, obs.signature) == (Outcome.REPRODUCED, "F16.saved-adapter-rank0-shard")

@@ -62,7 +62,7 @@ def test_the_guard_applies_on_transformers_5_0_to_5_5_3_under_zero3_only() -> No
 
 
 def test_a_variant_of_f18_that_ran_to_its_end_passes() -> None:
-    from harness.execution.classify import classify_scenario
+    from harness.execution.classify import classify
     from harness.execution.launchers.result import LaunchResult
     from tests.support.rank_records import rank_record
 
@@ -76,14 +76,14 @@ def test_a_variant_of_f18_that_ran_to_its_end_passes() -> None:
         records=records,
         rank_exitcodes={0: 0, 1: 0},
     )
-    assert classify_scenario(F18, launch, []).outcome == "PASS"
+    assert classify("scenario", F18, launch, []).outcome == "PASS"
 
 
 def test_a_grid_combination_that_pops_an_empty_deque_is_named_f18() -> None:
-    from harness.execution.classify import classify_scenario
+    from harness.execution.classify import classify
 
     launch = failed_launch({0: error_record(0, "IndexError", "pop from an empty deque")}, exitcodes={0: 1})
     known = [r.spec for r in discover().repros.values()]
-    observed = classify_scenario(None, launch, known)
+    observed = classify("scenario", None, launch, known)
     assert observed.outcome == REPRODUCED
     assert observed.signature == "F18.pop-from-empty-deque"

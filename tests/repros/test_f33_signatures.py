@@ -15,7 +15,7 @@ from harness.analysis.explain.match import DOCUMENTED, explain, guard_lines
 from harness.analysis.explain.report import run_explain
 from harness.config.matrix import load_matrix
 from harness.config.repros import discover
-from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify, classify_scenario
+from harness.execution.classify import DIFFERENT_ERROR, REPRODUCED, classify
 from repros.catalog.f33_phi3_llama_target_names import SPEC as F33
 from repros.runtime.families import FAMILIES
 from repros.runtime.spec import MODES
@@ -46,7 +46,7 @@ def test_the_silent_form_is_f33_where_the_named_family_fuses_the_names() -> None
     def silent(family: str, names: str) -> tuple[str, str | None]:
         message = f"LoRA target modules {names} match no module of the {family} model (X); its linear layers: []"
         error = error_record(0, "repros.trainer.silent_failures.TargetModulesMatchNothing", message)
-        obs = classify_scenario(None, failed_launch({0: error}, {0: 1}), [F33])
+        obs = classify("scenario", None, failed_launch({0: error}, {0: 1}), [F33])
         return obs.outcome, obs.signature
 
     assert silent("phi3", "['q_proj', 'v_proj']") == (REPRODUCED, "F33.silent-partial-targets")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from repros.runtime.context import imported_versions
+from repros.runtime.record import ImportedPackage
 from repros.runtime.stack_failure import stack_failure
 
 
@@ -117,10 +118,10 @@ def test_a_rank_records_the_version_it_imported_not_the_first_listed(site: Path,
     try:
         _package(site, "ftr_peft", "0.21.2", "")
         found = imported_versions(("ftr_peft", "ftr_absent"))
-        assert found["ftr_peft"] == {"version": "9.9.9", "path": str(first / "ftr_peft"), "imported": False}
+        assert found["ftr_peft"] == ImportedPackage(version="9.9.9", path=str(first / "ftr_peft"), imported=False)
         import ftr_peft  # noqa: F401
 
-        assert imported_versions(("ftr_peft",))["ftr_peft"]["imported"] is True
-        assert found["ftr_absent"]["version"] is None
+        assert imported_versions(("ftr_peft",))["ftr_peft"].imported is True
+        assert found["ftr_absent"].version is None
     finally:
         sys.path.remove(str(first))

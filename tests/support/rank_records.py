@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.execution.launchers.result import LaunchResult
-from harness.records.rank import RankRecord
+from harness.records.rank import RankRecord, parse_rank_record
 
 
 def rank_record(rank: int, status: str = "ok", **fields: Any) -> RankRecord:
     """What a rank records, validated as the orchestrator reads it back."""
-    return RankRecord.model_validate({"rank": rank, "status": status, **fields})
+    return parse_rank_record({"rank": rank, "status": status, **fields})
 
 
 def error_record(

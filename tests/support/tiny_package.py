@@ -4,7 +4,8 @@ folder a test puts on ``PYTHONPATH``.
 
 ``ft_regress_tiny`` declares a repro (``T100``, in its ``repros`` package: ``ft_regress.repros``) and
 an executor (``tiny``: ``ft_regress.executors``), the local executor counting its attempts and
-saying so in ``run.json``. A package that gives a name already taken is made with ``clash``.
+saying so in ``run.json``, with an option of its own (``--tiny-label``). A package that gives a
+name already taken is made with ``clash``.
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ def run(ctx):
 """
 
 EXECUTOR = '''
+from harness.core.option import Option
 from harness.pipeline.executors.local import LocalExecutor
 
 
 class TinyExecutor(LocalExecutor):
-    """The local executor, counting the attempts it ran (``run.json`` says how many)."""
+    """The local executor, counting the attempts it ran and saying the label it was given
+    (``--tiny-label``, its own option; ``run.json`` says both)."""
 
     name = "tiny"
+    options = (Option("tiny_label", ("--tiny-label",), "with --executor tiny: a label run.json shows"),)
 
     def __init__(self, context, launcher=None):
         super().__init__(context, launcher)
@@ -54,7 +58,8 @@ class TinyExecutor(LocalExecutor):
         return super().attempt(job, resolved, gpus)
 
     def describe(self):
-        return {**super().describe(), "name": self.name, "attempts_by_tiny": self.attempts}
+        label = self.context.choice.executor_options.get("tiny_label")
+        return {**super().describe(), "name": self.name, "attempts_by_tiny": self.attempts, "label": label}
 '''
 
 

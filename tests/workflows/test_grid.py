@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def test_a_new_failure_keeps_its_traceback_and_the_grid_says_where_it_was_raised
 
     from rich.console import Console
 
-    from harness.execution.classify import classify_scenario
+    from harness.execution.classify import classify
     from harness.records.item import error_summary
     from harness.reports.grid_tables import print_grid
     from harness.reports.junit import _case
@@ -196,8 +197,8 @@ def test_a_new_failure_keeps_its_traceback_and_the_grid_says_where_it_was_raised
 
     rank = error_record(1, "RuntimeError", "aten.copy_.default got mixed torch.Tensor and DTensor")
     assert rank.error is not None
-    rank = rank.model_copy(update={"error": rank.error.model_copy(update={"traceback": TRACEBACK})})
-    observed = classify_scenario(None, failed_launch({0: None, 1: rank}, {0: -15, 1: 1}), [])
+    rank = rank.evolve(error=dataclasses.replace(rank.error, traceback=TRACEBACK))
+    observed = classify("scenario", None, failed_launch({0: None, 1: rank}, {0: -15, 1: 1}), [])
     assert observed.outcome == "NEW_FAILURE" and observed.error is not None
     error = error_summary(observed.error.type, observed.error.message, observed.error.rank, observed.error.traceback)
     assert error.traceback is not None

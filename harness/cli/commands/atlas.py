@@ -34,6 +34,7 @@ from harness.config.model import DEFAULT_PYTHON
 from harness.config.repros import Discovery, discover
 from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.names import unknown_repro_fix
+from harness.core.option import whole_number
 from harness.environments import EnvironmentUnavailable
 from harness.environments.index import pip_index_config
 from harness.environments.stacks import (
@@ -112,7 +113,7 @@ class AtlasCommand(Command):
         )
         check.add_argument(
             "--world-size",
-            type=options.whole_number("--world-size", minimum=1),
+            type=whole_number("--world-size", minimum=1),
             metavar="N",
             help="the ranks it trains with",
         )
@@ -156,7 +157,7 @@ class AtlasCommand(Command):
         )
         survey.add_argument(
             "--bisects",
-            type=options.whole_number("--bisects", minimum=0),
+            type=whole_number("--bisects", minimum=0),
             default=DEFAULT_BISECTS,
             metavar="N",
             help=f"look into at most N disagreements, each a bisect (default {DEFAULT_BISECTS})",

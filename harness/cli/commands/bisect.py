@@ -61,7 +61,8 @@ class BisectCommand(Command):
             help="probe K more untested releases to catch a non-monotonic history",
         )
         options.add_cli_options(parser, ("repros_dir", "as_of"))
-        options.add_cli_options(parser, ("executor", "ray_address", "slurm_folder", "slurm_param"))
+        # A bisect runs one step at a time: where it runs, not how many at once.
+        options.add_executor_options(parser, jobs=False)
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         opts = BisectOptions(

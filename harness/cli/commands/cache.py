@@ -11,6 +11,7 @@ from rich.table import Table
 
 from harness.cli import options
 from harness.cli.commands.base import Command
+from harness.core.option import gigabytes
 from harness.environments.cache import (
     GB,
     budget_bytes,
@@ -42,7 +43,7 @@ class CacheCommand(Command):
         options.add_cli_options(parser, ("cache_dir",))
         parser.add_argument(
             "--max-gb",
-            type=options.gigabytes("--max-gb"),
+            type=gigabytes("--max-gb"),
             metavar="GB",
             help="prune: remove the least recently used environments not in use until the cache fits in GB "
             "(default: the budget runs use, --cache-max-gb's default)",

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from harness.cli import options
 from harness.cli.commands.base import Command
+from harness.core.option import whole_number
 from harness.records.run_meta import new_run_id
 from harness.workflows.crosscheck import CrosscheckRequest, run_crosscheck
 from repros.trainer.crosscheck.training import Breakage
@@ -35,14 +36,14 @@ class CrosscheckCommand(Command):
         )
         parser.add_argument(
             "--steps",
-            type=options.whole_number("--steps", 1),
+            type=whole_number("--steps", 1),
             default=None,
             metavar="N",
             help="optimizer steps each strategy trains (default: the matrix's, else 4)",
         )
         parser.add_argument(
             "--seed",
-            type=options.whole_number("--seed", 0),
+            type=whole_number("--seed", 0),
             default=0,
             help="the seed of the model's weights and the data (default 0; with --repeat N the attempts train from "
             "seed, seed+1, ...)",
@@ -59,7 +60,8 @@ class CrosscheckCommand(Command):
             "--list", action="store_true", help="print the strategies the selection holds, one a line, and run nothing"
         )
         options.add_cli_options(parser, ("out", "reports_dir", *options.CACHE_OPTIONS, *options.ATTEMPT_OPTIONS))
-        options.add_cli_options(parser, (*options.STACK_OPTIONS, *options.EXECUTOR_OPTIONS))
+        options.add_cli_options(parser, options.STACK_OPTIONS)
+        options.add_executor_options(parser)
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         opts = options.selection(vars(args))

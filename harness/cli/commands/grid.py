@@ -28,7 +28,8 @@ class GridCommand(Command):
             help="restrict an axis to these values (repeatable)",
         )
         options.add_cli_options(parser, ("out", "reports_dir", *options.CACHE_OPTIONS))
-        options.add_cli_options(parser, (*options.STACK_OPTIONS, *options.EXECUTOR_OPTIONS))
+        options.add_cli_options(parser, options.STACK_OPTIONS)
+        options.add_executor_options(parser)
 
     def run(self, args: argparse.Namespace, console: Console, argv: Sequence[str]) -> int:
         opts = options.selection(vars(args))

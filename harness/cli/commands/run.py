@@ -63,7 +63,7 @@ class RunCommand(Command):
         options.add_cli_options(parser, options.CACHE_OPTIONS)
         options.add_cli_options(parser, options.STACK_OPTIONS)
         options.add_cli_options(parser, options.ATTEMPT_OPTIONS)
-        options.add_cli_options(parser, options.EXECUTOR_OPTIONS)
+        options.add_executor_options(parser)
         options.add_cli_options(parser, ("shard", "repros_dir"))
         parser.add_argument(
             "--explore",

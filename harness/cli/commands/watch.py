@@ -10,6 +10,7 @@ from rich.console import Console
 
 from harness.cli import options
 from harness.cli.commands.base import Command
+from harness.core.option import whole_number
 from harness.workflows.watch.classify import DEFAULT_CONFIRM
 from harness.workflows.watch.runner import WatchOptions, execute_watch
 
@@ -27,12 +28,13 @@ class WatchCommand(Command):
             help="the previous night's run directory (results.jsonl and run.json)",
         )
         options.add_cli_options(parser, ("matrix", "lane", "cells", "repros", "modes", "out", "reports_dir"))
-        options.add_cli_options(parser, (*options.CACHE_OPTIONS, *options.EXECUTOR_OPTIONS, "repros_dir"))
+        options.add_cli_options(parser, (*options.CACHE_OPTIONS, "repros_dir"))
+        options.add_executor_options(parser)
         # --pin here asks what an upgrade would change, against a run of the current lock given as --previous.
         options.add_cli_options(parser, options.STACK_OPTIONS)
         parser.add_argument(
             "--confirm",
-            type=options.whole_number("--confirm"),
+            type=whole_number("--confirm"),
             default=DEFAULT_CONFIRM,
             metavar="N",
             help=f"where nothing moved under a changed item, run it N more times (default {DEFAULT_CONFIRM})",

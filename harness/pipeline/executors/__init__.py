@@ -2,14 +2,20 @@
 
 A new executor is one module with a class that has the ``ExecutorKind`` and ``Executor`` members,
 plus its line in ``EXECUTORS``, or an installed package's entry point in the
-``ft_regress.executors`` group. An executor's module is imported only when it is chosen, and a
-cluster executor imports its engine (``ray``, ``submitit``) only when it is made.
+``ft_regress.executors`` group. It declares the options it takes (``options``), as a pytest plugin
+declares its own: every verb that runs items, the pytest plugin and ``--help`` offer them
+(``declared_options``), and their values reach it, checked here, in ``choice.executor_options``.
+An executor's module is imported when the command line is built, to read its options; a cluster
+executor imports its engine (``ray``, ``submitit``) only when it is made.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.core.errors import UserError
 from harness.core.names import one_of
+from harness.core.option import Option
 from harness.pipeline.executors.base import (
     Attempted,
     Executor,
@@ -19,7 +25,7 @@ from harness.pipeline.executors.base import (
     ItemLost,
 )
 from harness.planning.run_options import ExecutorChoice
-from repros.runtime.registry import Registry, lazy
+from repros.runtime.registry import Registry, RegistryClash, lazy
 
 EXECUTORS: Registry[ExecutorKind] = Registry(
     "executor",
@@ -30,6 +36,35 @@ EXECUTORS: Registry[ExecutorKind] = Registry(
     },
     group="ft_regress.executors",
 )
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An option an executor declares, and which executor."""
+
+    executor: str
+    option: Option
+
+
+def declared_options() -> dict[str, Declared]:
+    """Every registered executor's options, by destination, in the registry's order. An executor that
+    does not load declares nothing here (choosing it says why); two executors declaring one
+    destination or flag is refused in one line naming both (``RegistryClash``), never one shadowing
+    the other."""
+    found: dict[str, Declared] = {}
+    owners: dict[str, str] = {}  # a destination or a flag: the executor that declares it
+    for name in EXECUTORS.names():
+        try:
+            kind = EXECUTORS[name]
+        except Exception:  # noqa: BLE001 - a broken package's executor: ``--executor`` NAME says why
+            continue
+        for option in getattr(kind, "options", ()):
+            for key in (option.dest, *option.flags):
+                first = owners.setdefault(key, name)
+                if first != name:
+                    raise RegistryClash("executor option", EXECUTORS.group or "", key, first, name)
+            found[option.dest] = Declared(name, option)
+    return found
 
 
 def make_executor(context: ExecutorContext) -> Executor:
@@ -55,13 +90,20 @@ def check_choice(choice: ExecutorChoice) -> None:
                 f"needs the '{package}' package, which is not installed",
                 f"pip install 'ft-regress[{extra}]' (or: pip install {package})",
             ) from None
-    if choice.ray_address and name != "ray":
-        raise UserError("--ray-address", choice.ray_address, "is for --executor ray", "add --executor ray")
-    if choice.slurm_folder and name != "slurm":
-        raise UserError("--slurm-folder", str(choice.slurm_folder), "is for --executor slurm", "add --executor slurm")
-    if choice.slurm_parameters and name != "slurm":
-        given = ",".join(f"{k}={v}" for k, v in choice.slurm_parameters)
-        raise UserError("--slurm-param", given, "is for --executor slurm", "add --executor slurm")
+    declared = declared_options()
+    for dest, value in choice.executor_options.items():
+        owner = declared.get(dest)
+        given = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        if owner is None:
+            raise UserError(
+                "options.executor_options",
+                dest,
+                f"is no option of any installed executor (given: {given})",
+                "leave it out, or install the package whose executor declares it",
+            )
+        if owner.executor != name:
+            flag = owner.option.flags[0]
+            raise UserError(flag, given, f"is for --executor {owner.executor}", f"add --executor {owner.executor}")
     kind.check(choice)
 
 
@@ -73,6 +115,8 @@ __all__ = [
     "ExecutorKind",
     "ItemJob",
     "ItemLost",
+    "Declared",
     "check_choice",
+    "declared_options",
     "make_executor",
 ]

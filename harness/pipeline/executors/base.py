@@ -15,7 +15,8 @@ node and runs the item again, elsewhere if the cluster has another node.
 
 Executors are registered by name in ``EXECUTORS`` (``__init__.py``), or by an installed package
 under the ``ft_regress.executors`` entry-point group: what is registered is the class
-(``ExecutorKind``), made with the run's ``ExecutorContext``.
+(``ExecutorKind``), made with the run's ``ExecutorContext``. The class declares the options it takes
+(``options``), and the command line offers them wherever items run.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Protocol
 
 from harness.config.repros import Repro
 from harness.core.json import JsonObject
+from harness.core.option import Option
 from harness.environments import Environments, Resolved
 from harness.planning.items import PlannedItem
 from harness.planning.run_options import CacheChoice, ExecutorChoice
@@ -136,11 +138,15 @@ class Executor(Protocol):
 
 class ExecutorKind(Protocol):
     """What ``EXECUTORS`` holds: an executor class (or anything shaped like one). ``needs``: the Python
-    package it imports and the extra that installs it (None: nothing beyond the harness); ``check``:
-    what can be known of its options before a run starts (a cluster nothing answers at), a
+    package it imports and the extra that installs it (None: nothing beyond the harness); ``options``:
+    the command-line options it takes, as pytest plugins declare theirs (every verb that runs items,
+    the pytest plugin and ``--help`` add them; their values reach it as ``choice.executor_options``,
+    by destination; an executor with none may leave it out); ``check``: what can be known of its
+    options before a run starts (a value that cannot be, a cluster nothing answers at), a
     ``UserError`` where it cannot run as asked."""
 
     needs: tuple[str, str] | None
+    options: Sequence[Option]
 
     def __call__(self, context: ExecutorContext) -> Executor: ...
 

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
 
 from harness.core.json import JsonObject
+from harness.core.option import Option
 from harness.environments import Resolved
 from harness.execution.gpu_lease import lease
 from harness.execution.launchers import Launcher, LauncherContext, kill_in_flight, make_launcher
@@ -28,6 +29,7 @@ class LocalExecutor:
     name = "local"
     builds_environments = True
     needs: tuple[str, str] | None = None
+    options: tuple[Option, ...] = ()
 
     @classmethod
     def check(cls, choice: ExecutorChoice) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from harness.core.errors import UserError
 from harness.core.json import JsonObject
+from harness.core.option import Option
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
@@ -89,10 +90,29 @@ def check_address(address: str) -> None:
         ) from None
 
 
+#: The options ``--executor ray`` takes.
+OPTIONS = (
+    Option(
+        "ray_address",
+        ("--ray-address",),
+        "with --executor ray: the address of a running Ray cluster (host:port, or 'auto'); default: start a "
+        "local one for the run",
+        metavar="ADDR",
+    ),
+)
+
+
+def address(choice: ExecutorChoice) -> str | None:
+    """``--ray-address``: the cluster to connect to (None: a local cluster for the run)."""
+    given = choice.executor_options.get("ray_address")
+    return str(given) if given else None
+
+
 def check_options(choice: ExecutorChoice) -> None:
     """What can be known of ``--executor ray`` before a run starts: its address answers."""
-    if choice.ray_address:
-        check_address(choice.ray_address)
+    given = address(choice)
+    if given:
+        check_address(given)
 
 
 class _NotMainThread(logging.Filter):
@@ -199,6 +219,7 @@ class RayExecutor:
     name = "ray"
     builds_environments = False
     needs: tuple[str, str] | None = ("ray", "ray")
+    options = OPTIONS
 
     @classmethod
     def check(cls, choice: ExecutorChoice) -> None:
@@ -215,11 +236,12 @@ class RayExecutor:
         self.context = context
         self.run_dir = run_dir
         self.run_id = run_id
-        self.started_cluster = context.choice.ray_address is None
+        cluster = address(context.choice)
+        self.started_cluster = cluster is None
         if not ray.is_initialized():
             init: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "include_dashboard": False}
-            if context.choice.ray_address is not None:
-                _connect(ray, {**init, "address": context.choice.ray_address}, context.choice.ray_address)
+            if cluster is not None:
+                _connect(ray, {**init, "address": cluster}, cluster)
             else:
                 _start_local(ray, init)
         here = ray.get_runtime_context().get_node_id()
@@ -313,7 +335,7 @@ class RayExecutor:
     def describe(self) -> JsonObject:
         return {
             "name": self.name,
-            "address": self.context.choice.ray_address or "a local cluster started for the run",
+            "address": address(self.context.choice) or "a local cluster started for the run",
             "nodes_used": sorted(self.nodes_used),
             "attempts": self.attempts,
             "lost": self.lost,

@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.core.errors import UserError
 from harness.core.json import JsonObject
+from harness.core.option import Option
 from harness.environments import Resolved
 from harness.pipeline.executors.base import Attempted, ExecutorContext, ItemJob, ItemLost, no_placement
 from harness.pipeline.executors.node import NodeResult, NodeSettings, run_on_node, unpack_item
@@ -53,10 +54,50 @@ POLL_S = 2.0
 OWN_PARAMETERS = ("cluster", "gpu")
 
 
+#: The options ``--executor slurm`` takes.
+OPTIONS = (
+    Option(
+        "slurm_folder",
+        ("--slurm-folder",),
+        "with --executor slurm: where submitit keeps its jobs' files, a folder every node sees (default: "
+        "the run directory's 'slurm')",
+        kind="path",
+    ),
+    Option(
+        "slurm_param",
+        ("--slurm-param",),
+        "with --executor slurm: submitit parameters NAME=VALUE, comma-separated (repeatable; e.g. "
+        "slurm_partition=gpu,timeout_min=60, or cluster=local for submitit's local executor)",
+        kind="csv",
+        metavar="NAME=VALUE",
+    ),
+)
+
+
+def parameters(choice: ExecutorChoice) -> list[tuple[str, str]]:
+    """``--slurm-param``: each submitit parameter, name and value; a ``UserError`` for one that is not
+    NAME=VALUE."""
+    given = choice.executor_options.get("slurm_param")
+    pairs = []
+    for entry in given if isinstance(given, list) else []:
+        key, sep, value = str(entry).partition("=")
+        if not sep or not key.strip():
+            raise UserError("--slurm-param", str(entry), "is not NAME=VALUE", "e.g. --slurm-param slurm_partition=gpu")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def folder(choice: ExecutorChoice) -> Path | None:
+    """``--slurm-folder``: where submitit keeps its jobs' files (None: the run directory's)."""
+    given = choice.executor_options.get("slurm_folder")
+    return Path(str(given)) if given else None
+
+
 def check_options(choice: ExecutorChoice) -> None:
-    """``--executor slurm`` where submitit finds no Slurm (no ``srun`` on PATH) and ``cluster`` is
-    not named: refused in one line, never run on this machine without a word."""
-    named = dict(choice.slurm_parameters).get("cluster")
+    """``--slurm-param`` that is not NAME=VALUE; ``--executor slurm`` where submitit finds no Slurm (no
+    ``srun`` on PATH) and ``cluster`` is not named: refused in one line, never run on this machine
+    without a word."""
+    named = dict(parameters(choice)).get("cluster")
     if named:
         return
     import submitit
@@ -111,6 +152,7 @@ class SlurmExecutor:
     name = "slurm"
     builds_environments = False
     needs: tuple[str, str] | None = ("submitit", "slurm")
+    options = OPTIONS
 
     @classmethod
     def check(cls, choice: ExecutorChoice) -> None:
@@ -123,12 +165,12 @@ class SlurmExecutor:
         self.submitit: Any = submitit
         self.context = context
         self.run_dir = run_dir
-        parameters = {k: _value(v) for k, v in context.choice.slurm_parameters}
-        cluster = parameters.pop("cluster", None)
-        self.gpu = str(parameters.pop("gpu", "false")).lower() in ("1", "true", "yes")
-        parameters.setdefault("timeout_min", DEFAULT_TIMEOUT_MIN)
-        self.parameters = parameters
-        self.folder = (context.choice.slurm_folder or run_dir.path / "slurm").resolve()
+        given = {k: _value(v) for k, v in parameters(context.choice)}
+        cluster = given.pop("cluster", None)
+        self.gpu = str(given.pop("gpu", "false")).lower() in ("1", "true", "yes")
+        given.setdefault("timeout_min", DEFAULT_TIMEOUT_MIN)
+        self.parameters = given
+        self.folder = (folder(context.choice) or run_dir.path / "slurm").resolve()
         self.markers = self.folder / "nodes"
         self.markers.mkdir(parents=True, exist_ok=True)
         self.executor: Any = submitit.AutoExecutor(folder=self.folder / "%j", cluster=cluster)
