@@ -111,7 +111,7 @@ def test_a_floating_run_without_as_of_reruns_what_it_resolved_not_what_is_newest
     matrix.write_text(yaml.safe_dump({"version": 1, "lanes": {"ci": "the test's"}, "cells": cells}))
     monkeypatch.chdir(tmp_path)
     first = tmp_path / "first"
-    common = ["--repros", "F1", "--modes", "bug", "--launcher", "throwaway", "--cache-dir", str(tmp_path / "cache")]
+    common = ["--repros", "F8", "--modes", "bug", "--launcher", "throwaway", "--cache-dir", str(tmp_path / "cache")]
     assert main(["run", "--matrix", str(matrix), *common, "--out", str(first)]) in (0, 1)
     by_cell = {r["cell"]: r for r in map(json.loads, (first / "results.jsonl").read_text().splitlines())}
     # The floating cell's rerun resolves as of the second its specs were resolved; the pinned one needs no day.
