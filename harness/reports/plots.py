@@ -62,7 +62,11 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
     with matplotlib.rc_context(STYLE):
         cells = list(dict.fromkeys(r.cell for r in fixed))
         repros = list(dict.fromkeys(r.repro for r in fixed))
-        fig, (mem_ax, time_ax) = figure(_width(len(cells) * len(repros)), 3.4)
+        # The legend goes under both plots, the figure growing with it (inside them forty repros' names
+        # would leave the bars no room).
+        legend_columns = 6
+        legend_rows = -(-len(repros) // legend_columns) if len(repros) > 1 else 0
+        fig, (mem_ax, time_ax) = figure(_width(len(cells) * len(repros)), 3.4 + 0.16 * legend_rows)
         width = 0.8 / len(repros)
         for j, repro in enumerate(repros):
             xs: list[float] = []
@@ -91,8 +95,10 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
         time_ax.set_ylabel("ms")
         for ax in (mem_ax, time_ax):
             ax.set_xticks(range(len(cells)), cells, rotation=20, ha="right")
-            if len(repros) > 1:
-                ax.legend(fontsize=8)
+        if len(repros) > 1:
+            fig.legend(
+                *mem_ax.get_legend_handles_labels(), loc="outside lower center", ncols=legend_columns, fontsize=8
+            )
         return svg_text(fig)
 
 

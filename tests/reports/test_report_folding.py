@@ -136,6 +136,8 @@ def test_the_filters_offer_every_repro_cell_family_and_outcome_and_mark_what_the
     assert all(family == ("llama" if cell.endswith("@llama") else "qwen2") for _, cell, family, _ in squares)
 
 
+# matplotlib warns (and draws empty axes) when a legend leaves a plot no room.
+@pytest.mark.filterwarnings("error::UserWarning")
 def test_ten_thousand_items_make_a_small_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(report_scale.os, "fsync", lambda fd: None)  # the writer syncs each record
     report_scale.write_run(tmp_path / "run-a", "run-a", "2026-11-19T10:00:00+00:00", 10_000, failing_cells=0)
