@@ -71,12 +71,6 @@ class CrosscheckExpectation:
             return True
         return signature is not None and any(s.id == signature for s in self.spec.signatures)
 
-    def naming_first(self, known: Sequence[ReproSpec]) -> list[ReproSpec]:
-        """``known`` with the failure expected here first: where two failures' signatures both match a
-        divergence, the expected one names it."""
-        first = self.spec
-        return list(known) if first is None else [first, *(s for s in known if s is not first)]
-
 
 def crosscheck_expectation(
     strategy: str,

@@ -38,7 +38,7 @@ import math
 import signal
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from harness.core.json import JsonValue
@@ -380,6 +380,19 @@ def different_error_hints(spec: ReproSpec, error: ErrorInfo) -> tuple[str, ...]:
         return tuple(hints)
     declared_errors = " or ".join(f"{s.exception} matching {s.pattern!r}" for s in spec.signatures[:3])
     return (f"the declared error ({declared_errors}) never appeared: rank {error.rank} raised {raised}",)
+
+
+def naming_a_divergence(expected: ReproSpec | None, known: Sequence[ReproSpec]) -> list[ReproSpec]:
+    """The documented failures that may name a crosscheck strategy's divergence: the one expected to cause it
+    here (its ``diverges`` covers the strategy at these versions) first; every other only by an error it
+    raises, never by a difference found, since a failure's divergence signature reads the strategy's name alone
+    and a divergence no failure is expected to cause here is a finding, not that failure's."""
+    others = [
+        replace(spec, signatures=tuple(sig for sig in spec.signatures if sig.exception != DIVERGENCE_EXCEPTION))
+        for spec in known
+        if spec is not expected
+    ]
+    return [expected, *others] if expected is not None else others
 
 
 def _raised(ev: Evidence) -> Observation | None:

@@ -17,7 +17,7 @@ from harness.config.repros import BrokenRepro
 from harness.core.json import JsonObject
 from harness.environments import Environment, Environments, Resolved
 from harness.environments.integrity import describe
-from harness.execution.classify import Observation, classify
+from harness.execution.classify import Observation, classify, naming_a_divergence
 from harness.execution.launchers import Launcher, LaunchRequest
 from harness.execution.launchers.result import LaunchResult
 from harness.pipeline.executors.base import ItemJob
@@ -123,7 +123,7 @@ def _observe(
     # A grid combination and a crosscheck strategy have no repro of their own to hold an error against; where
     # two failures' signatures both match a divergence, the one expected there names it.
     own = None if item.scenario is not None or item.strategy is not None else repro.spec
-    known = expected_divergence.naming_first(job.known) if expected_divergence is not None else job.known
+    known = naming_a_divergence(expected_divergence.spec, job.known) if expected_divergence is not None else job.known
     observation = classify(item.judged_as, own, launch, known, damage=damage)
     launched: JsonObject = {"model": item.cell.model}
     if item.mode == "fixed" and not item.runs_as_written:

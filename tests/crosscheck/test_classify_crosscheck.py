@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config.expectations import crosscheck_expectation
-from harness.execution.classify import DIVERGENCE_EXCEPTION, classify
+from harness.execution.classify import DIVERGENCE_EXCEPTION, classify, naming_a_divergence
 from harness.records.rank import RankRecord
 from repros.catalog.f1_zero3_frozen_ckpt import SPEC as F1
 from repros.runtime.outcomes import Outcome
@@ -116,9 +116,9 @@ def test_a_strategy_a_documented_failure_makes_diverge_is_expected_to_where_its_
     assert crosscheck_expectation("zero3-bf16", [spec], old).expectation.outcome == Outcome.AGREES
 
 
-def test_where_two_failures_signatures_match_the_one_expected_there_names_the_divergence() -> None:
-    # ZeRO-2 accumulating by the engine diverged on deepspeed 0.19.2: F35's signature (ZeRO-1/2 accumulating)
-    # matches as F37's does (the engine accumulating), and F37 is the one expected there.
+def test_a_divergence_is_named_by_the_failure_expected_there_and_elsewhere_is_a_finding() -> None:
+    # ZeRO-2 accumulating by the engine diverged: F35's signature (ZeRO-1/2 accumulating) matches it as F37's
+    # does (the engine accumulating), since both read the strategy's name alone.
     from repros.catalog.f35_zero2_manual_accumulation_last_only import SPEC as F35
     from repros.catalog.f37_deepspeed_gas_scaled_per_output import SPEC as F37
 
@@ -129,8 +129,16 @@ def test_where_two_failures_signatures_match_the_one_expected_there_names_the_di
     raised = rank_record(0, "error", phase="run", error={"type": DIVERGENCE_EXCEPTION, "message": message})
     launch = failed_launch({0: raised, 1: agreed(1)})
     known = [F1, F35, F37]
-    assert classify("crosscheck", None, launch, known).signature == "F35.last-micro-batch-only"  # catalog order alone
+    assert classify("crosscheck", None, launch, known).signature == "F35.last-micro-batch-only"  # catalog order
+    # On deepspeed 0.19.2 F37 is the one expected to make it diverge: F37 names it.
     expected = crosscheck_expectation("zero2-fp32-ckpt-nr-accum-engine", known, {"deepspeed": "0.19.2"})
     assert expected.spec is F37
-    observation = classify("crosscheck", None, launch, expected.naming_first(known))
+    observation = classify("crosscheck", None, launch, naming_a_divergence(expected.spec, known))
     assert observation.signature == "F37.gas-scaled-per-output" and expected.names(observation.signature)
+    # On 0.19.8 none is expected to: whatever diverges there is a finding, named by no failure.
+    current = crosscheck_expectation("zero2-fp32-ckpt-nr-accum-engine", known, {"deepspeed": "0.19.8"})
+    assert current.spec is None and current.expectation.outcome == Outcome.AGREES
+    finding = classify("crosscheck", None, launch, naming_a_divergence(current.spec, known))
+    assert finding.outcome == Outcome.DIVERGES and finding.signature is None
+    # An error a failure's signature names is still named (F1's CheckpointError) wherever it is raised.
+    assert any(s.id == "F1" and s.signatures for s in naming_a_divergence(None, known))
