@@ -124,10 +124,13 @@ def test_the_fixed_trainer_passes_everywhere_and_records_its_guards(ci_run) -> N
     fixed = [r for r in fixed if (r["cell"], r["repro"]) not in cpu_impossible]
     assert {(r["cell"], r["repro"], r["outcome"]) for r in fixed if r["outcome"] != "PASS"} == set()
     # A repro that trains with another library's trainer (F18: TRL's) passes by running to its end
-    # and records no losses of its own; every other fixed item trained, its loss falling.
-    clean_exit = {repro_id for repro_id, repro in discover().repros.items() if repro.spec.pass_rule == "clean-exit"}
+    # and records no losses of its own; one held against one process (F35-F37: a fresh batch each step) passes by
+    # training what one process trains; every other fixed item trained, its loss falling.
+    judged_otherwise = {
+        repro_id for repro_id, repro in discover().repros.items() if repro.spec.pass_rule in ("clean-exit", "agrees")
+    }
     for r in fixed:
-        if r["repro"] not in clean_exit:
+        if r["repro"] not in judged_otherwise:
             assert r["losses"][-1] < r["losses"][0]
         assert all(g["id"] and g["reason"] for g in r["guards"])
     assert "zero3-reentrant-checkpointing" in {
