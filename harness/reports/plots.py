@@ -32,6 +32,17 @@ def figure(width: float, height: float, columns: int = 2) -> tuple[Figure, Any]:
     return fig, fig.subplots(1, columns, squeeze=False)[0]
 
 
+def legend_height(entries: int, columns: int) -> float:
+    """The height (inches) a legend of ``entries`` names in ``columns`` takes under the plots."""
+    return 0.16 * -(-entries // columns)
+
+
+def legend_below(fig: Figure, ax: Any, columns: int, fontsize: int) -> None:
+    """``ax``'s legend under every plot of ``fig``, the figure grown by ``legend_height`` for it: beside or inside
+    the plots, forty names would leave them no room (matplotlib warns and draws empty axes)."""
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=columns, fontsize=fontsize)
+
+
 def svg_text(fig: Figure) -> str:
     import matplotlib
 
@@ -62,11 +73,9 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
     with matplotlib.rc_context(STYLE):
         cells = list(dict.fromkeys(r.cell for r in fixed))
         repros = list(dict.fromkeys(r.repro for r in fixed))
-        # The legend goes under both plots, the figure growing with it (inside them forty repros' names
-        # would leave the bars no room).
         legend_columns = 6
-        legend_rows = -(-len(repros) // legend_columns) if len(repros) > 1 else 0
-        fig, (mem_ax, time_ax) = figure(_width(len(cells) * len(repros)), 3.4 + 0.16 * legend_rows)
+        legend = legend_height(len(repros), legend_columns) if len(repros) > 1 else 0.0
+        fig, (mem_ax, time_ax) = figure(_width(len(cells) * len(repros)), 3.4 + legend)
         width = 0.8 / len(repros)
         for j, repro in enumerate(repros):
             xs: list[float] = []
@@ -96,9 +105,7 @@ def fixed_trainer_plot(records: Sequence[ItemRecord]) -> str | None:
         for ax in (mem_ax, time_ax):
             ax.set_xticks(range(len(cells)), cells, rotation=20, ha="right")
         if len(repros) > 1:
-            fig.legend(
-                *mem_ax.get_legend_handles_labels(), loc="outside lower center", ncols=legend_columns, fontsize=8
-            )
+            legend_below(fig, mem_ax, legend_columns, fontsize=8)
         return svg_text(fig)
 
 
@@ -179,10 +186,7 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
 
     legend_columns = 3
     with matplotlib.rc_context(STYLE):
-        # The legend goes under both plots and the figure grows with it: beside them, forty items' names
-        # would leave the plots no room.
-        legend_rows = -(-len(items) // legend_columns)
-        fig, (time_ax, mem_ax) = figure(_width(len(runs)), 3.8 + 0.16 * legend_rows)
+        fig, (time_ax, mem_ax) = figure(_width(len(runs)), 3.8 + legend_height(len(items), legend_columns))
         xs = list(range(len(runs)))
         for key in items:
             label = "/".join(key)
@@ -197,7 +201,7 @@ def history_plot(runs: Sequence[PastRun]) -> str | None:
         time_ax.set_ylabel("ms")
         mem_ax.set_title("peak memory per item")
         mem_ax.set_ylabel("MiB")
-        fig.legend(*mem_ax.get_legend_handles_labels(), loc="outside lower center", ncols=legend_columns, fontsize=7)
+        legend_below(fig, mem_ax, legend_columns, fontsize=7)
         return svg_text(fig)
 
 
