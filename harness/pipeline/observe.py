@@ -120,8 +120,8 @@ def _observe(
         if item.strategy is not None
         else None
     )
-    # A grid combination and a crosscheck strategy have no repro of their own to hold an error against; where
-    # two failures' signatures both match a divergence, the one expected there names it.
+    # A grid combination and a crosscheck strategy have no repro of their own to hold an error against; a
+    # strategy's difference is named only by the failure expected to cause it here (else it is a finding).
     own = None if item.scenario is not None or item.strategy is not None else repro.spec
     known = naming_a_divergence(expected_divergence.spec, job.known) if expected_divergence is not None else job.known
     observation = classify(item.judged_as, own, launch, known, damage=damage)
@@ -136,11 +136,11 @@ def _observe(
         launched["environment_repaired"] = env.repaired
     expectation: Expectation | None
     if expected_divergence is not None:
-        expected = expected_divergence
         launched.update(crosscheck_fields(observation, launch))
-        expectation = expected.expectation
+        expectation = expected_divergence.expectation
         # DIVERGES matches only by the failure expected to make it (a divergence nobody documented is a finding).
-        launched["matched"] = observation.outcome == expectation.outcome and expected.names(observation.signature)
+        named = expected_divergence.names(observation.signature)
+        launched["matched"] = observation.outcome == expectation.outcome and named
     else:
         expectation = expectation_for(repro.spec, item.mode, versions, device, launch.world_size)
     return item_record(
