@@ -26,7 +26,7 @@ from harness.execution.containment.leftovers import sweep_dead_runs
 from harness.execution.launchers import LaunchRequest, LaunchResult
 from harness.execution.launchers.cell_worker import CellWorker
 from harness.execution.launchers.torchrun import launch_item
-from repros.runtime.lifeline import ORCHESTRATOR_VARIABLE, orchestrator_marker
+from repros.runtime.lifeline import ORCHESTRATOR_VARIABLE, children, orchestrator_marker
 from tests.execution.contained_ranks import FAKE_TORCHRUN
 from tests.support.fake_stack import this_interpreter
 from tests.support.paths import REPO_ROOT
@@ -149,8 +149,12 @@ time.sleep(600)
 """
 
 
-def _start_and_kill_orchestrator(tmp_path: Path, launcher: str, isolation: str, behaviour: str) -> list[dict]:
-    """Start an orchestrator whose item hangs, wait for both ranks' records, SIGKILL it."""
+def _start_and_kill_orchestrator(
+    tmp_path: Path, launcher: str, isolation: str, behaviour: str, freeze_its_children: bool = False
+) -> list[dict]:
+    """Start an orchestrator whose item hangs, wait for both ranks' records, SIGKILL it.
+    ``freeze_its_children``: stop its children first (the lifeline, or the cell's worker), as a
+    loaded machine may leave them unscheduled while the next run's sweep comes."""
     fake = os.environ.get("PYTHONPATH", "")
     orchestrator = subprocess.Popen(
         [sys.executable, "-c", ORCHESTRATOR, str(tmp_path), launcher, isolation, behaviour, *RANK_ENTRY],
@@ -168,6 +172,9 @@ def _start_and_kill_orchestrator(tmp_path: Path, launcher: str, isolation: str, 
                 records.append(record)
         time.sleep(0.2)
     assert len(records) == 2, "the hanging item never started"
+    if freeze_its_children:
+        for child in children(orchestrator.pid):
+            os.kill(child, signal.SIGSTOP)
     orchestrator.send_signal(signal.SIGKILL)
     orchestrator.wait()
     return records
@@ -191,6 +198,29 @@ def test_a_sigkilled_orchestrator_takes_its_items_daemons_with_it(
     pids = [r["facts"]["daemon"] for r in records] + [r["pid"] for r in records]
     # Not left for the next run: the item's reaper kills what it holds when its orchestrator dies.
     assert _gone_within(pids, 15) == []
+
+
+@pytest.mark.parametrize("launcher", ["worker", "torchrun"])
+def test_the_next_runs_sweep_takes_the_daemons_a_killed_runs_reaper_adopted(
+    launcher: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two runs share the machine; one is SIGKILLed and the other's sweep comes before the dead
+    run's reaper has looked: the sweep kills the reaper's descendants (the daemons it adopted,
+    which carry no marker) before the reaper, never leaving them to init."""
+    if launcher == "torchrun":
+        request.getfixturevalue("fake_torchrun")
+    records = _start_and_kill_orchestrator(tmp_path, launcher, "fallback", "daemon-hang", freeze_its_children=True)
+    daemons = [r["facts"]["daemon"] for r in records]
+    pids = daemons + [r["pid"] for r in records]
+    try:
+        swept = sweep_dead_runs(shm_dir=tmp_path / "shm", ledger=tmp_path / "ledger")
+        assert _gone_within(pids, 5) == []
+        assert set(daemons) <= set(swept.processes)
+        assert all(f"{pid} sleep 600" in swept.describe() for pid in daemons)
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("launcher", ["worker", "torchrun"])
@@ -235,6 +265,32 @@ def test_a_dead_runs_process_is_killed_and_named_with_its_command(tmp_path: Path
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_a_dead_runs_process_that_holds_a_live_runs_process_loses_only_itself(tmp_path: Path) -> None:
+    live = orchestrator_marker(os.getpid())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holder = subprocess.Popen(
+        ["bash", "-c", f"env {ORCHESTRATOR_VARIABLE}={live} sleep 600 & wait"],
+        env={**os.environ, ORCHESTRATOR_VARIABLE: f"{dead.pid}:1"},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not children(holder.pid):
+        time.sleep(0.05)
+    inside = children(holder.pid)
+    try:
+        assert inside, "the live run's stand-in never started"
+        swept = sweep_dead_runs(shm_dir=tmp_path)
+        holder.wait(10)
+        assert holder.pid in swept.processes and not set(inside) & set(swept.processes)
+        assert [p for p in inside if alive(p)] == inside
+    finally:
+        for pid in [holder.pid, *inside]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        holder.wait()
 
 
 @pytest.mark.parametrize("launcher", ["worker", "torchrun"])

@@ -5,7 +5,8 @@ lifelines and leaders kill what the items started as soon as they see it gone
 (``repros/runtime/lifeline.py``); what remains is found here, at the start of the next run:
 
 * processes: every process an item starts carries its orchestrator's marker (``pid:start``) in
-  its environment; one whose orchestrator is no longer alive is killed. Item cgroups of dead
+  its environment; one whose orchestrator is no longer alive is killed, its descendants first
+  (a dead item's reaper may not have looked yet: the daemons it adopted carry no marker). Item cgroups of dead
   orchestrators are killed and removed (``cgroups.py``), and the processes they held are named;
 * shared memory: each orchestrator notes the items it has in flight (``in_flight_item``: the
   item's directory, under ``LEDGER_DIR/<orchestrator>``). The items of a dead orchestrator are
@@ -32,7 +33,13 @@ from harness.execution.containment import cgroups
 from harness.execution.containment.processes import live_processes
 from harness.execution.containment.shm import DEEPSPEED_PREFIX, SHM_DIR, item_segments, rendezvous_points
 from harness.records.rank import read_rank_record
-from repros.runtime.lifeline import ORCHESTRATOR_VARIABLE, marker_alive, orchestrator_marker
+from repros.runtime.lifeline import (
+    ORCHESTRATOR_VARIABLE,
+    descendants,
+    kill_descendants,
+    marker_alive,
+    orchestrator_marker,
+)
 from repros.runtime.record import rank_record_path
 
 #: A segment of no known item younger than this may belong to an item starting right now.
@@ -209,16 +216,32 @@ def _item_rendezvous(item_dir: Path) -> set[tuple[str, str]]:
     return rendezvous_points(records)
 
 
+def _kill_tree(pid: int) -> dict[int, str]:
+    """Kill ``pid`` and its descendants first: a dead item's reaper (a lifeline, an item leader, a
+    cell's worker) holds the daemons it adopted, which carry no marker and would go to init with
+    it. A tree that holds this process or a live run's (a run started from inside a dead one's
+    item) loses only ``pid``. Return each killed process's command line, read before it died."""
+    try:
+        os.kill(pid, signal.SIGSTOP)  # no new children while its tree is killed
+    except (ProcessLookupError, PermissionError):
+        return {}
+    tree = descendants(pid)
+    live_run_inside = os.getpid() in tree or any(marker_alive(m) for m in map(_marker_of, tree) if m is not None)
+    commands = {p: _command(p) for p in [pid, *tree]}
+    killed = [] if live_run_inside else kill_descendants(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return {p: commands.get(p) or _command(p) for p in [pid, *killed]}
+
+
 def _kill(pids: dict[int, str], swept: Swept) -> None:
     for pid, marker in pids.items():
-        command = _command(pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-        if pid not in swept.commands:
-            swept.processes.append(pid)
-            swept.commands[pid] = command
+        for killed, command in _kill_tree(pid).items():
+            if killed not in swept.commands:
+                swept.processes.append(killed)
+                swept.commands[killed] = command
         if marker and marker not in swept.runs:
             swept.runs.append(marker)
 
