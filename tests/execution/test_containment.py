@@ -276,10 +276,14 @@ def test_a_dead_runs_process_that_holds_a_live_runs_process_loses_only_itself(tm
         env={**os.environ, ORCHESTRATOR_VARIABLE: f"{dead.pid}:1"},
         start_new_session=True,
     )
+
+    def started() -> list[int]:  # exec'd: its environment is the live run's now
+        return [p for p in children(holder.pid) if Path(f"/proc/{p}/cmdline").read_bytes() == b"sleep\x00600\x00"]
+
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not children(holder.pid):
+    while time.monotonic() < deadline and not started():
         time.sleep(0.05)
-    inside = children(holder.pid)
+    inside = started()
     try:
         assert inside, "the live run's stand-in never started"
         swept = sweep_dead_runs(shm_dir=tmp_path)
