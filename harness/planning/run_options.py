@@ -207,6 +207,27 @@ class ExecutorChoice(_Choice):
     #: Items run at once, at most; 0: as many as the machine's cores, memory and GPUs fit (local).
     jobs: int = Field(default=1, ge=0)
 
+    @classmethod
+    def restored(cls, stored: Mapping[str, object], where: str | Path = "run.json") -> Self:
+        """As ``_Choice.restored``; a ``run.json`` written before executors declared their options kept
+        Ray's and Slurm's as fields of their own (``ray_address``, ``slurm_folder``, ``slurm_parameters``
+        as name/value pairs): they are read as the options ``--ray-address``, ``--slurm-folder`` and
+        ``--slurm-param`` give now, so resuming such a run keeps where it ran."""
+        legacy: dict[str, JsonValue] = {}
+        if stored.get("ray_address"):
+            legacy["ray_address"] = str(stored["ray_address"])
+        if stored.get("slurm_folder"):
+            legacy["slurm_folder"] = str(stored["slurm_folder"])
+        pairs = stored.get("slurm_parameters")
+        if isinstance(pairs, list) and pairs:
+            legacy["slurm_param"] = [
+                f"{pair[0]}={pair[1]}" if isinstance(pair, list) and len(pair) == 2 else str(pair) for pair in pairs
+            ]
+        if legacy:
+            given = stored.get("executor_options")
+            stored = {**stored, "executor_options": {**legacy, **(given if isinstance(given, dict) else {})}}
+        return super().restored(stored, where)
+
 
 class AttemptPolicy(_Choice):
     """How many times an item runs."""

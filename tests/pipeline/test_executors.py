@@ -364,3 +364,26 @@ def test_a_floating_cell_is_resolved_once_for_every_node(tmp_path: Path) -> None
     assert asked == [{"torch": "==2.13.0", "peft": ">=0.15,<0.16"}]
     assert environments.lock_for_nodes(Cell(name="pinned", packages={"torch": "==2.13.0"})) is None
     assert environments.lock_for_nodes(Cell(name="locked", packages={"peft": "*"}, lock=("peft==0.15.2",))) is None
+
+
+def test_a_run_stored_before_executors_declared_their_options_resumes_where_it_ran() -> None:
+    """A run.json from before kept Ray's and Slurm's options as fields of their own: resuming it reads
+    them as the executors' options, never drops them (and a value given now still wins)."""
+    from harness.pipeline.executors import ray, slurm
+
+    old_slurm = {
+        "executor": "slurm",
+        "slurm_folder": "/shared/jobs",
+        "slurm_parameters": [["slurm_partition", "gpu"], ["timeout_min", "60"]],
+        "launcher": "worker",
+        "jobs": 2,
+    }
+    choice = ExecutorChoice.restored(old_slurm)
+    assert choice.name == "slurm" and choice.jobs == 2
+    assert slurm.folder(choice) == Path("/shared/jobs")
+    assert slurm.parameters(choice) == [("slurm_partition", "gpu"), ("timeout_min", "60")]
+    assert ray.address(ExecutorChoice.restored({"executor": "ray", "ray_address": "10.0.0.1:6379"})) == "10.0.0.1:6379"
+    newer = ExecutorChoice.restored({**old_slurm, "executor_options": {"slurm_folder": "/elsewhere"}})
+    assert slurm.folder(newer) == Path("/elsewhere") and slurm.parameters(newer) == slurm.parameters(choice)
+    # A run stored as runs are now is read as it was written.
+    assert ExecutorChoice.restored(choice.stored()) == choice
