@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 import repros
 from harness.config.model import Cell
 from harness.environments import Environment, Environments, EnvRequest
-from harness.environments import integrity as integrity_module
 from harness.environments.cache import STORE
 from harness.environments.integrity import MANIFEST, damage, write_manifest
 from harness.environments.uv import UvProvider, extensions_dir_for
@@ -251,7 +250,7 @@ def test_a_store_copy_edited_in_place_is_damage_everywhere_and_never_linked_agai
 
 
 def test_links_made_by_other_environments_are_not_damage_and_are_not_read_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, hashed: list[str]
 ) -> None:
     """The store's copy was sealed as each environment linked it: its seal vouches for it as it is."""
     builds = RealTreeBuilds(tmp_path)
@@ -261,14 +260,7 @@ def test_links_made_by_other_environments_are_not_damage_and_are_not_read_again(
     for request in nights(4)[1:]:  # each links the same store copy: its change time moves
         builds.get(request)
     assert so.stat().st_ctime_ns != ctime
-    hashed: list[str] = []
-    real = integrity_module.digest_of
-
-    def counting(path: str | Path) -> str:
-        hashed.append(str(path))
-        return real(path)
-
-    monkeypatch.setattr(integrity_module, "digest_of", counting)
+    hashed.clear()  # what the builds read; from here, what the checks read
     assert builds.verify(first) == [] and hashed == []
     assert builds.verify(first) == [] and hashed == []  # the manifest now has the new times
 
@@ -312,7 +304,7 @@ def test_before_an_item_a_damaged_environment_is_rebuilt_and_the_item_says_which
 
 
 def test_a_check_seals_a_shared_file_it_verified_so_no_other_environment_reads_it_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, hashed: list[str]
 ) -> None:
     builds = RealTreeBuilds(tmp_path)
     first, second = (builds.get(r) for r in nights(2))
@@ -320,13 +312,6 @@ def test_a_check_seals_a_shared_file_it_verified_so_no_other_environment_reads_i
         (tmp_path / name).unlink(missing_ok=True)  # environments built before any seal was kept
     so = site(first) / "torch" / "_C.so"
     os.link(so, tmp_path / "elsewhere")  # a link made outside: the change time moves, nothing sealed
-    hashed: list[str] = []
-    real = integrity_module.digest_of
-
-    def counting(path: str | Path) -> str:
-        hashed.append(str(path))
-        return real(path)
-
-    monkeypatch.setattr(integrity_module, "digest_of", counting)
+    hashed.clear()  # what the builds read; from here, what the checks read
     assert builds.verify(first) == [] and hashed == [str(so)]
     assert builds.verify(second) == [] and hashed == [str(so)]  # the first check's seal vouches for it

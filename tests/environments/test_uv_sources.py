@@ -12,12 +12,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-import pytest
-
 from harness.environments import Environment, EnvRequest
-from harness.environments import cache as cache_module
-from harness.environments import integrity as integrity_module
-from harness.environments import seals as seals_module
 from harness.environments.integrity import MANIFEST, digest_of
 from tests.environments.test_environments import REQUEST
 from tests.environments.test_integrity import RealTreeBuilds, edit_keeping_size_and_mtime
@@ -75,20 +70,6 @@ def site(env: Environment) -> Path:
 
 def requests(n: int) -> list[EnvRequest]:
     return [dataclasses.replace(REQUEST, packages={**REQUEST.packages, "peft": f"==0.21.{i}"}) for i in range(n)]
-
-
-@pytest.fixture
-def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every file read to hash it, wherever the harness hashes."""
-    seen: list[str] = []
-
-    def counting(path: str | Path) -> str:
-        seen.append(str(path))
-        return digest_of(path)
-
-    for module in (cache_module, integrity_module, seals_module):
-        monkeypatch.setattr(module, "digest_of", counting)
-    return seen
 
 
 def test_each_file_of_uvs_cache_is_hashed_once_not_once_per_environment(tmp_path: Path, hashed: list[str]) -> None:
