@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,10 +96,19 @@ class EnvironmentUnavailable(Exception):
         self.log = log
 
 
-def installer_reason(stderr: str) -> str:
+def installer_reason(stderr: str, returncode: int = 1) -> str:
+    """Why the installer failed, in its own words; one a signal stopped says which (it failed for no
+    reason of its own: something stopped it, as a job's cancellation or a Ctrl-C does)."""
     lines = [ln.rstrip() for ln in stderr.splitlines() if ln.strip()]
     keep = [ln for ln in lines if any(tag in ln for tag in ("×", "╰─▶", "error:", "Because", "hint:", "Caused by"))]
-    return "\n".join((keep or lines)[-12:]) or "the installer failed without saying why"
+    said = "\n".join((keep or lines)[-12:])
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the installer was stopped by {name}" + (f": {said}" if said else "")
+    return said or "the installer failed without saying why"
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def resolve_lock(builder: UvRunner, request: EnvRequest, dates: ReleaseDates | N
                 filtered = [canonicalize_name(n) for n in _FILTERED.findall(out.stderr)]
                 new = [n for n in dict.fromkeys(filtered) if n not in exempted and request.as_of]
                 if not new:
-                    raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
+                    raise EnvironmentUnavailable(installer_reason(out.stderr, out.returncode), log=out.stderr)
                 exempted += new
                 continue
             lines = parse_lock(out.stdout)

@@ -180,6 +180,10 @@ class UvEnvironments:
                 env=self.uv_environ(),
                 check=False,
             )
+            if out.returncode < 0:  # stopped, not answering: whether there is one is not known
+                raise EnvironmentUnavailable(
+                    f"Python {request} was not looked for: {installer_reason(out.stderr, out.returncode)}"
+                )
             if out.returncode != 0:
                 raise EnvironmentUnavailable(f"no Python {request} on this machine: {installer_reason(out.stderr)}")
             path = out.stdout.strip()
@@ -414,7 +418,7 @@ class UvEnvironments:
             out, cpu_s = self._run([self.uv, *args], {**self.uv_environ(), **(extra_env or {})})
             fh.write(out.stdout + out.stderr + f"(exit {out.returncode})\n")
         if out.returncode != 0:
-            raise EnvironmentUnavailable(installer_reason(out.stderr), log=out.stderr)
+            raise EnvironmentUnavailable(installer_reason(out.stderr, out.returncode), log=out.stderr)
         return cpu_s
 
     def _run(self, command: list[str], environ: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:

@@ -266,3 +266,29 @@ def test_one_cells_broken_environment_leaves_the_others_ready(tmp_path: Path) ->
     assert answer.env is None and "PermissionError" in answer.reason
     builds.fail_with = None
     assert envs.for_cell(good).env is not None
+
+
+def _stand_in_uv(tmp_path: Path, body: str) -> str:
+    uv = tmp_path / "uv"
+    uv.write_text(f"#!/bin/sh\n{body}\n")
+    uv.chmod(0o755)
+    return str(uv)
+
+
+def test_an_installer_stopped_by_a_signal_says_so_and_claims_no_missing_python(tmp_path: Path) -> None:
+    # A cancelled Slurm job's SIGTERM reaches uv as it looks for the interpreter: that says nothing
+    # about the machine's Pythons, and the reason must not read as if it did.
+    builds = UvEnvironments(tmp_path / "cache", IndexConfig(), uv=_stand_in_uv(tmp_path, "kill -TERM $$"))
+    with pytest.raises(EnvironmentUnavailable) as stopped:
+        builds.find_python("3.11")
+    assert "stopped by SIGTERM" in stopped.value.reason
+    assert "no Python" not in stopped.value.reason
+
+
+def test_an_installer_that_fails_on_its_own_keeps_its_words(tmp_path: Path) -> None:
+    uv = _stand_in_uv(tmp_path, "echo 'error: No interpreter found for Python 3.11 in virtual environments' >&2; exit 2")
+    with pytest.raises(EnvironmentUnavailable) as missing:
+        UvEnvironments(tmp_path / "cache", IndexConfig(), uv=uv).find_python("3.11")
+    assert missing.value.reason == (
+        "no Python 3.11 on this machine: error: No interpreter found for Python 3.11 in virtual environments"
+    )

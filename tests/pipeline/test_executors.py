@@ -156,6 +156,35 @@ def test_an_item_no_node_can_take_is_infra_at_once(tmp_path: Path, planned) -> N
     assert record.outcome == Outcome.INFRA
 
 
+#: A Slurm job's process as submitit runs it: SIGTERM let by (submitit waits for a requeue signal instead);
+#: the item's work is stopped by the same SIGTERM Slurm sends every process of a cancelled job.
+CANCELLED_JOB = """
+import os, signal, sys
+from harness.pipeline.executors import slurm
+signal.signal(signal.SIGTERM, lambda *_: print("submitit: bypassing SIGTERM", flush=True))
+def item_stopped_by_slurm(job, settings, node=None):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return "a record made of what the signal had killed"
+slurm.run_on_node = item_stopped_by_slurm
+print("result:", slurm._job_main(None, None, sys.argv[1]), flush=True)
+"""
+
+
+def test_a_slurm_job_cancelled_mid_item_ends_without_a_result(tmp_path: Path) -> None:
+    # A result would be taken as the item's record (an environment "without saying why": UNRESOLVABLE);
+    # without one the item is lost and runs again.
+    job = subprocess.run(
+        [sys.executable, "-c", CANCELLED_JOB, str(tmp_path / "marker")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+    assert job.returncode == -15, job.stdout + job.stderr
+    assert "result:" not in job.stdout
+    assert (tmp_path / "marker").read_text(), "the job said where it ran before it was stopped"
+
+
 def test_an_items_files_from_a_node_land_in_the_run_directory(tmp_path: Path, planned) -> None:
     opts, items = planned
     node_dir = tmp_path / "node" / "items" / "a" / "R1-bug"

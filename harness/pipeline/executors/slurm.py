@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import threading
 import time
@@ -124,8 +125,19 @@ def slurm_job_id(environ: Mapping[str, str]) -> str | None:
     return environ.get("SLURM_JOB_ID")
 
 
+def cancellation_ends_the_job() -> None:
+    """A job Slurm stops (``scancel``, a node drained, preemption, its time limit) ends with it, without a
+    result: submitit's job process lets SIGTERM by (it waits for a requeue signal that the harness never
+    asks for), so an item whose installer or ranks the signal had already killed finished anyway, with
+    what their deaths looked like (an environment "without saying why", UNRESOLVABLE) as its record.
+    Ended by SIGTERM, the job has no result and its item is ``ItemLost``, run again."""
+    if threading.current_thread() is threading.main_thread():  # only there can a handler be set
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _job_main(job: ItemJob, settings: NodeSettings, marker: str) -> NodeResult:
     """The job: runs on the node Slurm chose (or, ``cluster=local``, a process here)."""
+    cancellation_ends_the_job()
     node = socket.gethostname()
     job_id = slurm_job_id(os.environ)
     if job_id:
