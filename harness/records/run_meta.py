@@ -27,8 +27,8 @@ def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+def utc_now(timespec: str = "seconds") -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec=timespec)
 
 
 class _Meta(BaseModel):
@@ -95,6 +95,8 @@ class RunMeta(_Meta):
     run_id: str = ""
     #: Which command wrote the run: ``run``, ``grid``, ``costs``; merged runs and pytest sessions too.
     kind: str = "run"
+    #: To the millisecond: a repro file changed just before the run can be told from one changed during it
+    #: (``run --save-expectations`` reuses a run only where none of its files changed since it started).
     started_at: str | None = None
     finished_at: str | None = None
     resumed_at: list[str] = Field(default_factory=list)
@@ -145,7 +147,7 @@ class RunMeta(_Meta):
         return cls.model_validate(
             {
                 "run_id": run_id,
-                "started_at": utc_now(),
+                "started_at": utc_now("milliseconds"),
                 "argv": list(argv),
                 "program": program_text(),
                 "harness_version": __version__,

@@ -3,15 +3,18 @@ back into a declaration (only its expectations change; comments and layout stay)
 
 from __future__ import annotations
 
+import os
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from harness.analysis.explore import last_run
 from harness.analysis.explore.declaration import merge, write_expectations
 from harness.records.item import ItemRecord, parse_record
-from harness.records.run_meta import CellMeta
+from harness.records.run_meta import CellMeta, RunMeta
 from harness.reports.findings import derive_expectations, findings
 from repros.runtime.kinds.script import normalise, read_declaration
 from repros.runtime.spec import Expectation
@@ -166,3 +169,19 @@ def test_a_flow_style_declaration_is_rewritten_whole_and_says_so(tmp_path: Path)
     how = write_expectations(path, [Expectation(mode="bug", outcome="REPRODUCED")])
     assert how.startswith("rewritten whole")
     assert yaml.safe_load(path.read_text())["repro"]["expectations"] == [{"mode": "bug", "outcome": "REPRODUCED"}]
+
+
+def test_a_repro_file_written_the_moment_before_a_run_started_is_not_a_change_since(tmp_path: Path) -> None:
+    # `run` right after saving one's repro, then `run --save-expectations`: the second must reuse the first
+    # run, which a start kept to the second could not tell from a file changed during it.
+    repro = tmp_path / "repro.yaml"
+    repro.write_text("repro: {}\n")
+    just_before = time.time() - 0.002
+    os.utime(repro, (just_before, just_before))
+    meta = RunMeta.started("run-1", ["run"])
+    started = last_run._started(meta)
+    assert started is not None
+    assert not last_run._changed_since([repro], started)
+    changed_since = started.timestamp() + 0.001
+    os.utime(repro, (changed_since, changed_since))
+    assert last_run._changed_since([repro], started)

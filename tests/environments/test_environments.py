@@ -286,9 +286,8 @@ def test_an_installer_stopped_by_a_signal_says_so_and_claims_no_missing_python(t
 
 
 def test_an_installer_that_fails_on_its_own_keeps_its_words(tmp_path: Path) -> None:
-    uv = _stand_in_uv(tmp_path, "echo 'error: No interpreter found for Python 3.11 in virtual environments' >&2; exit 2")
+    said = "error: No interpreter found for Python 3.11 in virtual environments"
+    uv = _stand_in_uv(tmp_path, f"echo '{said}' >&2; exit 2")
     with pytest.raises(EnvironmentUnavailable) as missing:
         UvEnvironments(tmp_path / "cache", IndexConfig(), uv=uv).find_python("3.11")
-    assert missing.value.reason == (
-        "no Python 3.11 on this machine: error: No interpreter found for Python 3.11 in virtual environments"
-    )
+    assert missing.value.reason == f"no Python 3.11 on this machine: {said}"
