@@ -280,9 +280,10 @@ def _check_date(path: Path, field: str, value: str | None) -> str | None:
     return value
 
 
-def _read_capped(path: Path) -> bytes:
+def read_matrix_file(path: Path) -> bytes:
     """The file's bytes, read as every file a user names is (``harness/core/user_files.py``): at most
-    ``MAX_MATRIX_BYTES``, a device or a named pipe that never ends refused within seconds."""
+    ``MAX_MATRIX_BYTES``, a device or a named pipe that never ends refused within seconds. Read once per
+    command and handed to what needs it: a pipe (``--matrix <(command)``) can be read only once."""
     return read_named(path, "", "pass --matrix with the path of a matrix file", limit=MAX_MATRIX_BYTES, what="a matrix")
 
 
@@ -306,11 +307,13 @@ def load_matrix(
     known_repros: Collection[str],
     known_modes: Collection[str],
     broken: Mapping[str, BrokenRepro] | None = None,
+    content: bytes | None = None,
 ) -> Matrix:
-    """Read and validate ``path``; raise ``UserError`` naming the field and the fix."""
+    """Read and validate ``path`` (its bytes ``content`` where they were read already); raise ``UserError``
+    naming the field and the fix."""
     broken = broken or {}
     path = Path(path)
-    raw_bytes = _read_capped(path)
+    raw_bytes = read_matrix_file(path) if content is None else content
     data = load_yaml(path, raw_bytes)
     if not isinstance(data, dict):
         raise UserError(path, "", "is not a mapping", f"start from the example ({MATRIX_FORMAT_HINT})")
@@ -467,12 +470,12 @@ def _repros_dirs(path: Path, data: dict[str, Any]) -> tuple[Path, ...]:
     return tuple(dirs)
 
 
-def declared_repros_dirs(path: Path) -> tuple[Path, ...]:
-    """The matrix's ``repros_dirs``, read before its repros are known (they are where some come
-    from). A matrix that cannot be read gives none here: ``load_matrix`` then says what is wrong."""
+def declared_repros_dirs(path: Path, content: bytes | None = None) -> tuple[Path, ...]:
+    """The matrix's ``repros_dirs`` (from its bytes ``content`` where they were read already), read before its
+    repros are known (they are where some come from). A matrix that cannot be read gives none here:
+    ``load_matrix`` then says what is wrong."""
     try:
-        raw = _read_capped(Path(path))
-        data = load_yaml(path, raw)
+        data = load_yaml(path, read_matrix_file(Path(path)) if content is None else content)
     except (OSError, UserError):
         return ()
     if not isinstance(data, dict) or not isinstance(data.get("repros_dirs"), list):

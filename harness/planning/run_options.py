@@ -29,7 +29,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from harness.config.locate import find_matrix
-from harness.config.matrix import Matrix, declared_repros_dirs, load_matrix
+from harness.config.matrix import Matrix, declared_repros_dirs, load_matrix, read_matrix_file
 from harness.config.model import Cell
 from harness.config.repros import Discovery, discover
 from harness.core.errors import UserError
@@ -365,6 +365,7 @@ def load(matrix: Path | None, repros_dirs: Sequence[Path] = (), cwd: Path | None
     matrix's ``repros_dirs`` and ``$FT_REGRESS_REPROS``)."""
     given = check_repros_dirs(repros_dirs)
     path = find_matrix(matrix, cwd)
-    discovery = discover([*given, *declared_repros_dirs(path)])
-    loaded = load_matrix(path, known_repros=discovery.repros.keys(), known_modes=MODES, broken=discovery.broken)
+    content = read_matrix_file(path)
+    discovery = discover([*given, *declared_repros_dirs(path, content)])
+    loaded = load_matrix(path, discovery.repros.keys(), MODES, broken=discovery.broken, content=content)
     return loaded, discovery

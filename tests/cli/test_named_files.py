@@ -34,28 +34,73 @@ def _timed(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
     return done, time.monotonic() - started
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("atlas", "check", "--requirements", "{file}"),
-        ("explain", "{file}"),
-        ("explain", "--freeze", "{file}", "{log}"),
-        ("run", "--matrix", "{file}"),
-        ("explain", "--costs", "{file}", "{log}"),
-    ],
-    ids=["requirements", "explain-log", "freeze", "matrix", "costs"],
-)
-@pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
-def test_an_endless_file_is_refused_naming_it_within_seconds(
-    tmp_path: Path, fifo: Path, args: tuple[str, ...], kind: str
-) -> None:
-    file = "/dev/zero" if kind == "/dev/zero" else str(fifo)
+#: Every command that reads a file a user names, and the option it names it by.
+READERS = {
+    "requirements": ("atlas", "check", "--requirements", "{file}"),
+    "explain-log": ("explain", "{file}"),
+    "freeze": ("explain", "--freeze", "{file}", "{log}"),
+    "matrix": ("run", "--matrix", "{file}"),
+    "costs": ("explain", "--costs", "{file}", "{log}"),
+}
+
+
+def _command(tmp_path: Path, reader: str, file: str) -> list[str]:
     log = tmp_path / "ci.log"
     log.write_text("RuntimeError: boom\n")
-    done, took = _timed(tmp_path, *(a.format(file=file, log=log) for a in args))
-    said = "is a character device" if kind == "/dev/zero" else "is a named pipe that gave nothing within 10 s"
-    refused(done, file, said)
+    return [a.format(file=file, log=log) for a in READERS[reader]]
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_an_endless_device_is_refused_naming_it_at_once(tmp_path: Path, reader: str) -> None:
+    done, took = _timed(tmp_path, *_command(tmp_path, reader, "/dev/zero"))
+    refused(done, "/dev/zero", "is a character device")
     assert took < WITHIN_S
+
+
+def test_a_named_pipe_nobody_writes_is_refused_by_every_reader_within_seconds(tmp_path: Path) -> None:
+    # Each reader waits its 10 s for a writer: the five wait side by side, each on a pipe of its own.
+    pipes = {reader: tmp_path / f"{reader}.pipe" for reader in READERS}
+    for pipe in pipes.values():
+        os.mkfifo(pipe)
+    results: dict[str, tuple[subprocess.CompletedProcess[str], float]] = {}
+
+    def read_with(reader: str) -> None:
+        results[reader] = _timed(tmp_path, *_command(tmp_path, reader, str(pipes[reader])))
+
+    waiting = [threading.Thread(target=read_with, args=(reader,)) for reader in READERS]
+    for thread in waiting:
+        thread.start()
+    for thread in waiting:
+        thread.join(timeout=WITHIN_S * 2)
+    assert sorted(results) == sorted(READERS), "every reader ended"
+    for reader, (done, took) in results.items():
+        refused(done, str(pipes[reader]), "is a named pipe that gave nothing within 10 s")
+        assert took < WITHIN_S, reader
+
+
+def test_a_matrix_given_through_a_pipe_is_read_once(tmp_path: Path, fifo: Path) -> None:
+    # `--matrix <(command)`: a pipe gives its bytes once; a second read found nothing ("is not a mapping").
+    matrix = (REPO_ROOT / "matrix.yaml").read_text()
+
+    def write() -> None:
+        with open(fifo, "w") as out:
+            out.write(matrix)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "crosscheck", "--list", "--lane", "ci", "--matrix", str(fifo)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WITHIN_S,
+        check=False,
+    )
+    if writer.is_alive():
+        with open(fifo, "rb"):
+            pass
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "zero3-fp32-ckpt-nr" in done.stdout.split()
 
 
 def test_the_bar_atlas_check_of_dev_zero_exits_2_within_a_minute(tmp_path: Path) -> None:
