@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -44,20 +45,26 @@ READERS = {
 }
 
 
-def _command(tmp_path: Path, reader: str, file: str) -> list[str]:
+@pytest.fixture
+def ci_log(tmp_path: Path) -> Path:
+    """The log the readers that also take one are given (written once: the pipe readers run side by side)."""
     log = tmp_path / "ci.log"
     log.write_text("RuntimeError: boom\n")
+    return log
+
+
+def _command(reader: str, file: str, log: Path) -> list[str]:
     return [a.format(file=file, log=log) for a in READERS[reader]]
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_an_endless_device_is_refused_naming_it_at_once(tmp_path: Path, reader: str) -> None:
-    done, took = _timed(tmp_path, *_command(tmp_path, reader, "/dev/zero"))
+def test_an_endless_device_is_refused_naming_it_at_once(tmp_path: Path, ci_log: Path, reader: str) -> None:
+    done, took = _timed(tmp_path, *_command(reader, "/dev/zero", ci_log))
     refused(done, "/dev/zero", "is a character device")
     assert took < WITHIN_S
 
 
-def test_a_named_pipe_nobody_writes_is_refused_by_every_reader_within_seconds(tmp_path: Path) -> None:
+def test_a_named_pipe_nobody_writes_is_refused_by_every_reader_within_seconds(tmp_path: Path, ci_log: Path) -> None:
     # Each reader waits its 10 s for a writer: the five wait side by side, each on a pipe of its own.
     pipes = {reader: tmp_path / f"{reader}.pipe" for reader in READERS}
     for pipe in pipes.values():
@@ -65,7 +72,7 @@ def test_a_named_pipe_nobody_writes_is_refused_by_every_reader_within_seconds(tm
     results: dict[str, tuple[subprocess.CompletedProcess[str], float]] = {}
 
     def read_with(reader: str) -> None:
-        results[reader] = _timed(tmp_path, *_command(tmp_path, reader, str(pipes[reader])))
+        results[reader] = _timed(tmp_path, *_command(reader, str(pipes[reader]), ci_log))
 
     waiting = [threading.Thread(target=read_with, args=(reader,)) for reader in READERS]
     for thread in waiting:
@@ -78,27 +85,17 @@ def test_a_named_pipe_nobody_writes_is_refused_by_every_reader_within_seconds(tm
         assert took < WITHIN_S, reader
 
 
-def test_a_matrix_given_through_a_pipe_is_read_once(tmp_path: Path, fifo: Path) -> None:
+def test_a_matrix_given_through_a_pipe_is_read_once(fifo: Path) -> None:
     # `--matrix <(command)`: a pipe gives its bytes once; a second read found nothing ("is not a mapping").
-    matrix = (REPO_ROOT / "matrix.yaml").read_text()
-
-    def write() -> None:
-        with open(fifo, "w") as out:
-            out.write(matrix)
-
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "crosscheck", "--list", "--lane", "ci", "--matrix", str(fifo)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WITHIN_S,
-        check=False,
-    )
-    if writer.is_alive():
-        with open(fifo, "rb"):
-            pass
+    with pipe_giving(fifo, (REPO_ROOT / "matrix.yaml").read_text()):
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "crosscheck", "--list", "--lane", "ci", "--matrix", str(fifo)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=WITHIN_S,
+            check=False,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "zero3-fp32-ckpt-nr" in done.stdout.split()
 
@@ -117,21 +114,28 @@ def test_the_bar_atlas_check_of_dev_zero_exits_2_within_a_minute(tmp_path: Path)
     assert time.monotonic() - started < WITHIN_S
 
 
-@pytest.fixture
-def written_pipe(fifo: Path) -> Iterator[Path]:
-    """A named pipe a writer fills with a pinned stack, as ``<(pip freeze)`` gives one."""
+@contextmanager
+def pipe_giving(fifo: Path, text: str) -> Iterator[None]:
+    """A writer fills the named pipe with ``text`` once a reader opens it, as ``<(command)`` does."""
 
     def write() -> None:
         with open(fifo, "w") as out:  # blocks until the reader opens it
-            out.write("torch==2.13.0\ndeepspeed==0.19.8\npeft==0.21.2\ntransformers==5.23.0\n")
+            out.write(text)
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    yield fifo
+    yield
     if writer.is_alive():  # the reader never opened it: let the writer go
         with open(fifo, "rb"):
             pass
     writer.join(timeout=10)
+
+
+@pytest.fixture
+def written_pipe(fifo: Path) -> Iterator[Path]:
+    """A named pipe a writer fills with a pinned stack, as ``<(pip freeze)`` gives one."""
+    with pipe_giving(fifo, "torch==2.13.0\ndeepspeed==0.19.8\npeft==0.21.2\ntransformers==5.23.0\n"):
+        yield fifo
 
 
 def test_a_named_pipe_that_gives_a_file_is_read_as_the_file(written_pipe: Path) -> None:
